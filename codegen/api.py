@@ -1,0 +1,76 @@
+"""Runtime API: drop-in for vLLM's MiniMax-M3 sparse-attention wrappers, over the generated modules."""
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from typing import Mapping
+
+import torch
+
+from . import validate
+from .configs import LaunchConfig, validate_config
+from .loader import get_config
+from .variants import Variant
+
+
+@functools.lru_cache(maxsize=None)
+def load_module(arch: str, kernel: str, scale_mode: str):
+    """The generated module of one variant (imported once)."""
+    return importlib.import_module(Variant(arch, kernel, scale_mode).module)
+
+
+def _device_name(device: torch.device) -> str:
+    return "cpu-interpreter" if device.type == "cpu" else torch.cuda.get_device_name(device)
+
+
+def _kv_dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _resolve_config(config, *, kernel, arch, scale_mode, q, kv_cache, num_kv_heads, topk) -> LaunchConfig:
+    if config is None:
+        config = get_config(kernel, arch, _device_name(q.device), scale_mode, _kv_dtype_name(kv_cache.dtype),
+                            q.shape[1], num_kv_heads, q.shape[0], topk).config
+    elif isinstance(config, Mapping):
+        config = LaunchConfig.from_dict(config)
+    return validate_config(config, arch=arch, kernel=kernel, topk=topk)
+
+
+def _use_pdl(q: torch.Tensor) -> bool:
+    # PDL needs a real Hopper launch; the interpreter has no griddepcontrol.
+    return q.device.type == "cuda" and not torch.version.hip and os.environ.get("TRITON_INTERPRET") != "1"
+
+
+def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
+                        num_kv_heads, sm_scale, output, k_scale=None, v_scale=None, *, arch=None, config=None):
+    """Block-sparse GQA prefill over the paged cache; writes and returns `output` ([total_q, Hq, D])."""
+    num_reqs = validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len)
+    arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
+                                             output, k_scale, v_scale, num_reqs)
+    config = _resolve_config(config, kernel="prefill", arch=arch, scale_mode=scale_mode, q=q, kv_cache=kv_cache,
+                             num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
+    module = load_module(arch, "prefill", scale_mode)
+    return module.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
+                         num_kv_heads, sm_scale, output, k_scale, v_scale, config)
+
+
+def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
+                       decode_query_len, k_scale=None, v_scale=None, query_start_loc=None, token_to_req_indices=None,
+                       *, arch=None, config=None):
+    """Block-sparse GQA decode (split-K + merge); writes and returns `output`. CUDA-graph safe:
+    the grid, split count and buffers depend only on shapes, and padded rows come out as zeros."""
+    num_reqs = validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req_indices)
+    arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
+                                             output, k_scale, v_scale, num_reqs)
+    config = _resolve_config(config, kernel="decode", arch=arch, scale_mode=scale_mode, q=q, kv_cache=kv_cache,
+                             num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
+    use_pdl = _use_pdl(q)
+    partials = load_module(arch, "decode_split", scale_mode).launch(
+        q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output, decode_query_len,
+        k_scale, v_scale, query_start_loc, token_to_req_indices, config, use_pdl)
+    if partials is not None:
+        part_o, part_lse = partials
+        load_module(arch, "decode_merge", scale_mode).launch(part_o, part_lse, output, num_kv_heads, v_scale, config,
+                                                             use_pdl)
+    return output

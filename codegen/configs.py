@@ -1,0 +1,113 @@
+"""Launch configurations: one typed object shared by the runtime, the tuner and the static checks."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from .variants import PAGE_SIZE, TUNABLE_KERNELS, get_arch
+
+_AMD_KNOBS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """Launch parameters of one kernel family on one arch.
+
+    block_n: keys per inner step (divides the 128-token page).
+    num_splits: decode only; top-k pages are split across this many programs (1 = one launch).
+    merge_num_warps: decode only; warps of the merge kernel (unused when num_splits == 1).
+    waves_per_eu, matrix_instr_nonkdim, kpack: gfx942 only (0 / 0 / 1 mean "backend default").
+    """
+
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+    num_splits: int = 1
+    merge_num_warps: int = 4
+    waves_per_eu: int = 0
+    matrix_instr_nonkdim: int = 0
+    kpack: int = 1
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], *, what: str = "config") -> "LaunchConfig":
+        if not isinstance(values, Mapping):
+            raise TypeError(f"{what}: expected a LaunchConfig or a mapping, got {type(values).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{what}: unknown key(s) {unknown}; expected a subset of {sorted(known)}")
+        for key, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{what}.{key}: expected an int, got {value!r}")
+        return cls(**values)
+
+
+def _power_of_two(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+def validate_config(config: LaunchConfig, *, arch: str, kernel: str, topk: int | None = None) -> LaunchConfig:
+    """Raises ValueError naming the field when `config` cannot run `kernel` on `arch`."""
+    spec = get_arch(arch)
+    if kernel not in TUNABLE_KERNELS:
+        raise ValueError(f"kernel: expected one of {TUNABLE_KERNELS}, got {kernel!r}")
+    if not isinstance(config, LaunchConfig):
+        raise TypeError(f"config: expected a LaunchConfig, got {type(config).__name__}")
+    if not (_power_of_two(config.block_n) and 16 <= config.block_n <= PAGE_SIZE):
+        raise ValueError(f"config.block_n: expected a power of two in [16, {PAGE_SIZE}], got {config.block_n}")
+    for field in ("num_warps", "merge_num_warps"):
+        value = getattr(config, field)
+        if not (_power_of_two(value) and value <= 16):
+            raise ValueError(f"config.{field}: expected a power of two in [1, 16], got {value}")
+    if not 1 <= config.num_stages <= 8:
+        raise ValueError(f"config.num_stages: expected 1..8, got {config.num_stages}")
+    if kernel == "prefill" and (config.num_splits != 1 or config.merge_num_warps != LaunchConfig.merge_num_warps):
+        raise ValueError("config.num_splits / config.merge_num_warps: decode-only parameters, leave them at their defaults for prefill")
+    if config.num_splits < 1 or (topk is not None and config.num_splits > topk):
+        bound = f"[1, topk={topk}]" if topk is not None else ">= 1"
+        raise ValueError(f"config.num_splits: expected {bound}, got {config.num_splits}")
+    if spec.amd_knobs:
+        if config.waves_per_eu not in range(0, 9):
+            raise ValueError(f"config.waves_per_eu: expected 0..8, got {config.waves_per_eu}")
+        if config.matrix_instr_nonkdim not in (0, 16, 32):
+            raise ValueError(f"config.matrix_instr_nonkdim: expected 0, 16 or 32, got {config.matrix_instr_nonkdim}")
+        if config.kpack not in (1, 2):
+            raise ValueError(f"config.kpack: expected 1 or 2, got {config.kpack}")
+    else:
+        defaults = LaunchConfig()
+        for knob in _AMD_KNOBS:
+            if getattr(config, knob) != getattr(defaults, knob):
+                raise ValueError(f"config.{knob}: an AMD (gfx942) launch option, not available on {arch}")
+    return config
+
+
+# Untuned defaults per arch: the tuner's first trial and the fallback when no tuned entry exists.
+# gfx942 keeps tiles smaller (64 KB LDS per workgroup) and asks for 2 waves per EU.
+_ARCH_DEFAULTS = {
+    ("sm90", "prefill"): LaunchConfig(block_n=64, num_warps=4, num_stages=2),
+    ("sm90", "decode"): LaunchConfig(block_n=64, num_warps=4, num_stages=2),
+    ("gfx942", "prefill"): LaunchConfig(block_n=64, num_warps=4, num_stages=1, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=1),
+    ("gfx942", "decode"): LaunchConfig(block_n=64, num_warps=4, num_stages=1, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=1),
+}
+
+# Aim for about this many decode programs so small batches still fill the GPU (132 SMs on H200,
+# 304 CUs on MI300X): the split count grows as the batch shrinks. Depends on shapes only, so a
+# captured CUDA graph stays valid.
+_DECODE_TARGET_PROGRAMS = {"sm90": 264, "gfx942": 608}
+
+
+def default_config(arch: str, kernel: str, *, num_tokens: int, num_kv_heads: int, topk: int = 16) -> LaunchConfig:
+    get_arch(arch)
+    if kernel not in TUNABLE_KERNELS:
+        raise ValueError(f"kernel: expected one of {TUNABLE_KERNELS}, got {kernel!r}")
+    base = _ARCH_DEFAULTS[(arch, kernel)]
+    if kernel == "prefill":
+        return base
+    programs = max(1, num_tokens * num_kv_heads)
+    splits = 1
+    while splits * 2 <= topk and programs * splits * 2 <= _DECODE_TARGET_PROGRAMS[arch]:
+        splits *= 2
+    return dataclasses.replace(base, num_splits=splits)

@@ -1,0 +1,99 @@
+"""Reference MSA attention: dequantized K/V in float64 (or float32), plain softmax, one token at a time.
+
+Written to be read, not to be fast: every kernel and the tuner are checked against it.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import validate
+from .variants import PAGE_SIZE
+
+
+def _dequantized_kv(kv_cache: torch.Tensor, k_scale, v_scale, dtype: torch.dtype):
+    """K and V as [num_blocks, Hkv, 128, D] in `dtype`, with the scales applied element-wise."""
+    mode = validate.scale_mode_of(kv_cache, k_scale, v_scale)
+    head_dim = kv_cache.shape[3] // 2
+    kv = kv_cache.to(dtype)
+    k, v = kv[..., :head_dim], kv[..., head_dim:]
+    if mode == "scalar":
+        k = k * k_scale.reshape(()).to(dtype)
+        v = v * v_scale.reshape(()).to(dtype)
+    elif mode == "per_token_head":
+        num_blocks, num_kv_heads = kv_cache.shape[:2]
+
+        def per_slot(scale):  # [Hkv, N] indexed by physical slot -> [num_blocks, Hkv, 128, 1]
+            s = scale[:, : num_blocks * PAGE_SIZE].to(dtype).reshape(num_kv_heads, num_blocks, PAGE_SIZE)
+            return s.permute(1, 0, 2).unsqueeze(-1)
+
+        k = k * per_slot(k_scale)
+        v = v * per_slot(v_scale)
+    return k, v
+
+
+def _attend_token(out, q, k, v, topk_idx, block_table, t: int, req: int, kv_end: int, sm_scale: float):
+    """Writes out[t] = softmax(q[t] . K * sm_scale) @ V over the visible keys of token t's selection."""
+    num_kv_heads = k.shape[1]
+    gqa = q.shape[1] // num_kv_heads
+    positions = torch.arange(PAGE_SIZE)
+    for g in range(num_kv_heads):
+        keys, values = [], []
+        for blk in topk_idx[g, t].tolist():
+            if blk < 0:  # -1 pads the tail of the selection
+                break
+            visible = blk * PAGE_SIZE + positions < kv_end  # causal and inside the sequence
+            if not visible.any():
+                continue
+            page = int(block_table[req, blk])
+            keys.append(k[page, g][visible])
+            values.append(v[page, g][visible])
+        heads = slice(g * gqa, (g + 1) * gqa)
+        if not keys:
+            out[t, heads] = 0
+            continue
+        kk, vv = torch.cat(keys), torch.cat(values)
+        scores = (q[t, heads].to(kk.dtype) @ kk.T) * sm_scale
+        out[t, heads] = torch.softmax(scores, dim=-1) @ vv
+
+
+def _result(out, output):
+    if output is None:
+        return out
+    output.copy_(out.to(output.device, output.dtype))
+    return output
+
+
+def reference_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
+                      num_kv_heads, sm_scale, output=None, k_scale=None, v_scale=None, *, dtype=torch.float64):
+    """Same arguments as sparse_attn_prefill; returns a `dtype` CPU tensor (also copied into `output` if given)."""
+    cpu = lambda x: None if x is None else x.detach().cpu()  # noqa: E731
+    q, kv_cache, topk_idx, block_table = cpu(q), cpu(kv_cache), cpu(topk_idx), cpu(block_table)
+    k, v = _dequantized_kv(kv_cache, cpu(k_scale), cpu(v_scale), dtype)
+    out = torch.zeros(q.shape, dtype=dtype)
+    cu, lens, prefix = cpu(cu_seqlens_q).tolist(), cpu(seq_lens).tolist(), cpu(prefix_lens).tolist()
+    for req in range(len(lens)):
+        for i in range(cu[req + 1] - cu[req]):
+            kv_end = min(prefix[req] + i + 1, lens[req])
+            _attend_token(out, q, k, v, topk_idx, block_table, cu[req] + i, req, kv_end, sm_scale)
+    return _result(out, output)
+
+
+def reference_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
+                     decode_query_len, k_scale=None, v_scale=None, query_start_loc=None, token_to_req_indices=None,
+                     *, dtype=torch.float64):
+    """Same arguments as sparse_attn_decode; padded rows are zeros. Returns a `dtype` CPU tensor."""
+    cpu = lambda x: None if x is None else x.detach().cpu()  # noqa: E731
+    q, kv_cache, topk_idx, block_table = cpu(q), cpu(kv_cache), cpu(topk_idx), cpu(block_table)
+    k, v = _dequantized_kv(kv_cache, cpu(k_scale), cpu(v_scale), dtype)
+    out = torch.zeros(q.shape, dtype=dtype)
+    lens = cpu(seq_lens).tolist()
+    if query_start_loc is None:
+        rows = [(r * decode_query_len + j, r, decode_query_len, j) for r in range(len(lens)) for j in range(decode_query_len)]
+    else:
+        starts = cpu(query_start_loc).tolist()
+        reqs = cpu(token_to_req_indices).tolist()
+        rows = [(t, reqs[t], starts[reqs[t] + 1] - starts[reqs[t]], t - starts[reqs[t]]) for t in range(starts[-1])]
+    for t, req, q_len, j in rows:
+        q_pos = lens[req] - q_len + j
+        _attend_token(out, q, k, v, topk_idx, block_table, t, req, min(q_pos + 1, lens[req]), sm_scale)
+    return _result(out, output)

@@ -1,0 +1,89 @@
+"""Variant descriptions: the single source of every generated module's name.
+
+A variant is one (arch, kernel, scale mode) triple. Its ``name`` is the generated module's
+file name, the key under which tuned configs are stored and the compile-cache key prefix, so
+those three can never drift apart.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+SCALE_MODES = ("none", "scalar", "per_token_head")
+KERNELS = ("prefill", "decode_split", "decode_merge")
+# The kernel families a user tunes; decode_split and decode_merge are launched together.
+TUNABLE_KERNELS = ("prefill", "decode")
+
+PAGE_SIZE = 128  # tokens per KV page; also the sparse block size of MiniMax-M3
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchSpec:
+    """What differs between GPU architectures, as template parameters (never template copies)."""
+
+    name: str
+    fp8_dtype: torch.dtype  # the fp8 KV-cache element type this arch's hardware converts natively
+    fp8_tl_name: str  # the same type as a Triton pointer signature name
+    warp_size: int
+    use_pdl: bool  # programmatic dependent launch (Hopper): the merge kernel's prologue overlaps
+    amd_knobs: bool  # waves_per_eu / matrix_instr_nonkdim / kpack are launch options
+    shared_mem_bytes: int  # per block (sm90) or workgroup LDS (gfx942): limit for configs
+
+
+ARCHS: dict[str, ArchSpec] = {
+    "sm90": ArchSpec(
+        name="sm90",
+        fp8_dtype=torch.float8_e4m3fn,
+        fp8_tl_name="fp8e4nv",
+        warp_size=32,
+        use_pdl=True,
+        amd_knobs=False,
+        shared_mem_bytes=227 * 1024,
+    ),
+    "gfx942": ArchSpec(
+        name="gfx942",
+        fp8_dtype=torch.float8_e4m3fnuz,
+        fp8_tl_name="fp8e4b8",
+        warp_size=64,
+        use_pdl=False,
+        amd_knobs=True,
+        shared_mem_bytes=64 * 1024,
+    ),
+}
+
+
+def get_arch(arch: str) -> ArchSpec:
+    if arch not in ARCHS:
+        raise ValueError(f"arch: expected one of {sorted(ARCHS)}, got {arch!r}")
+    return ARCHS[arch]
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    arch: str
+    kernel: str
+    scale_mode: str
+
+    def __post_init__(self):
+        get_arch(self.arch)
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel: expected one of {KERNELS}, got {self.kernel!r}")
+        if self.scale_mode not in SCALE_MODES:
+            raise ValueError(f"scale_mode: expected one of {SCALE_MODES}, got {self.scale_mode!r}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.arch}_{self.kernel}_{self.scale_mode}"
+
+    @property
+    def module(self) -> str:
+        return f"codegen.generated.{self.name}"
+
+    @property
+    def template(self) -> str:
+        return f"{self.kernel}.py.jinja"
+
+
+def all_variants() -> list[Variant]:
+    return [Variant(a, k, m) for a in ARCHS for k in KERNELS for m in SCALE_MODES]
