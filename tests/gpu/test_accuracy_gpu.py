@@ -1,0 +1,84 @@
+"""GPU accuracy gates (run on a machine with a GPU; CI has none, so these skip there).
+
+The CPU gates' cases at the model's real sizes (head_dim 128, topk 16, per-rank head layouts) with
+bf16 queries on the device, through the module generated for the device's arch.
+Run: python -m pytest tests/gpu -q
+"""
+import dataclasses
+
+import pytest
+import torch
+
+from codegen import LaunchConfig, cases
+from codegen.accuracy import compare
+from codegen.validate import detect_device_arch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+MODES = [("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "fp8"), ("none", "bf16")]
+LAYOUTS = {"tp1": (64, 4), "tp4": (16, 1), "tp8": (8, 1)}
+
+
+@pytest.fixture(scope="module")
+def arch():
+    return detect_device_arch(torch.device("cuda"))
+
+
+def _check(case, config):
+    case.poison()
+    out = cases.run_kernel(case, config=config)
+    torch.cuda.synchronize()
+    result = compare(out, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
+    assert result.ok, f"{case.kernel} {case.scale_mode}: {result}"
+    return out
+
+
+@pytest.mark.parametrize("mode,kv_dtype", MODES)
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("block_n", [32, 64, 128])
+def test_prefill_gpu(arch, mode, kv_dtype, layout, block_n):
+    hq, hkv = LAYOUTS[layout]
+    case = cases.prefill_case(arch=arch, q_lens=[40, 7, 130], prefix_lens=[3000, 0, 900], num_q_heads=hq,
+                              num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode, q_dtype=torch.bfloat16,
+                              device="cuda", seed=block_n)
+    _check(case, LaunchConfig(block_n=block_n))
+
+
+@pytest.mark.parametrize("mode,kv_dtype", MODES)
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("num_splits", [1, 3, 16])
+@pytest.mark.parametrize("shape", ["uniform_q1", "uniform_q4", "varlen_padded"])
+def test_decode_gpu(arch, mode, kv_dtype, layout, num_splits, shape):
+    hq, hkv = LAYOUTS[layout]
+    kw = dict(arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode,
+              q_dtype=torch.bfloat16, device="cuda", seed=num_splits)
+    if shape == "uniform_q1":
+        case = cases.decode_case(seq_lens=[9000, 130, 2100, 40000], **kw)
+    elif shape == "uniform_q4":
+        case = cases.decode_case(seq_lens=[5000, 2100], decode_query_len=4, padded_rows=3, **kw)
+    else:
+        case = cases.decode_case(seq_lens=[3000, 70, 0, 2500], varlen_q_lens=[3, 1, 0, 2], padded_rows=5, **kw)
+    out = _check(case, LaunchConfig(block_n=64, num_splits=num_splits))
+    real = case.args["q"].shape[0] - {"uniform_q1": 0, "uniform_q4": 3, "varlen_padded": 5}[shape]
+    assert torch.equal(out[real:], torch.zeros_like(out[real:]))
+
+
+def test_decode_cuda_graph_replay(arch):
+    """Captured once, replayed on new inputs copied into the same buffers: still right."""
+    kw = dict(arch=arch, num_q_heads=16, num_kv_heads=1, q_dtype=torch.bfloat16, device="cuda")
+    case = cases.decode_case(seq_lens=[4000, 300, 7000], padded_rows=2, seed=1, **kw)
+    config = LaunchConfig(block_n=64, num_splits=4)
+    cases.run_kernel(case, config=config)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        cases.run_kernel(case, config=config)
+    fresh = cases.decode_case(seq_lens=[4000, 300, 7000], padded_rows=2, seed=2, **kw)
+    for name, value in fresh.args.items():
+        if isinstance(value, torch.Tensor) and name != "output":
+            case.args[name].copy_(value)
+    case.poison()
+    graph.replay()
+    torch.cuda.synchronize()
+    result = compare(case.output, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
+    assert result.ok, str(result)

@@ -1,0 +1,116 @@
+"""Accuracy gates: every generated (arch, kernel, scale mode) against the float64 reference, under
+the Triton interpreter with fp32 queries (the interpreter's bf16 arithmetic is wrong, see
+triton-lang/triton#11584; fp32 makes every operand exact so the gate can be tight)."""
+import dataclasses
+
+import pytest
+import torch
+
+from codegen import LaunchConfig, cases
+from codegen.accuracy import compare
+from codegen.variants import ARCHS
+
+# (scale mode, KV cache dtype): fp8 with each scale mode, fp8 without scales, and a bf16 cache.
+MODES = [("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "fp8"), ("none", "bf16")]
+SMALL = dict(head_dim=32, topk=4)
+
+
+def _config(arch, **kw):
+    base = LaunchConfig(num_stages=1, waves_per_eu=2, matrix_instr_nonkdim=16) if ARCHS[arch].amd_knobs else LaunchConfig()
+    return dataclasses.replace(base, **kw)
+
+
+def _check(case, arch, config):
+    case.poison()
+    out = cases.run_kernel(case, arch=arch, config=config)
+    assert out is case.output
+    ref = cases.run_reference(case)
+    result = compare(out, ref, case.args["q"].dtype)
+    assert result.ok, f"{arch} {case.kernel} {case.scale_mode}: {result}"
+    return out, ref
+
+
+PREFILL_SHAPES = {
+    # ragged requests, with and without a cached prefix, GQA 4 padded to 16 rows
+    "ragged_prefix": dict(q_lens=[3, 2, 1], prefix_lens=[300, 0, 517], num_q_heads=8, num_kv_heads=2),
+    # a chunk crossing a page boundary inside the chunk (own block changes), GQA 16 (TP4-like)
+    "cross_page": dict(q_lens=[4], prefix_lens=[126], num_q_heads=16, num_kv_heads=1),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("mode,kv_dtype", MODES)
+@pytest.mark.parametrize("shape", sorted(PREFILL_SHAPES))
+@pytest.mark.parametrize("block_n", [32, 64])
+def test_prefill(arch, mode, kv_dtype, shape, block_n):
+    case = cases.prefill_case(arch=arch, kv_dtype=kv_dtype, scale_mode=mode, seed=hash((shape, block_n)) % 1000,
+                              **PREFILL_SHAPES[shape], **SMALL)
+    _check(case, arch, _config(arch, block_n=block_n))
+
+
+DECODE_SHAPES = {
+    "uniform_q1": dict(seq_lens=[700, 129, 2000], decode_query_len=1, num_q_heads=8, num_kv_heads=2),
+    "uniform_spec_q4": dict(seq_lens=[1000, 260], decode_query_len=4, num_q_heads=8, num_kv_heads=2, padded_rows=2),
+    "varlen_padded": dict(seq_lens=[300, 1000, 5, 0], varlen_q_lens=[2, 0, 1, 0], num_q_heads=16, num_kv_heads=1,
+                          padded_rows=3),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("mode,kv_dtype", MODES)
+@pytest.mark.parametrize("shape", sorted(DECODE_SHAPES))
+@pytest.mark.parametrize("num_splits", [1, 3, 4])
+def test_decode(arch, mode, kv_dtype, shape, num_splits):
+    case = cases.decode_case(arch=arch, kv_dtype=kv_dtype, scale_mode=mode, seed=hash((shape, num_splits)) % 1000,
+                             **DECODE_SHAPES[shape], **SMALL)
+    out, _ = _check(case, arch, _config(arch, block_n=64, num_splits=num_splits))
+    real = case.args["q"].shape[0] - DECODE_SHAPES[shape].get("padded_rows", 0)
+    assert torch.equal(out[real:], torch.zeros_like(out[real:])), "padded rows must come out as zeros"
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("kernel", ["prefill", "decode"])
+def test_full_head_dim_and_topk(arch, kernel):
+    """The model's own head_dim 128 and topk 16 (fewer tokens to stay fast)."""
+    if kernel == "prefill":
+        case = cases.prefill_case(arch=arch, q_lens=[2], prefix_lens=[2100], num_q_heads=8, num_kv_heads=1, seed=7)
+    else:
+        case = cases.decode_case(arch=arch, seq_lens=[2300], decode_query_len=1, num_q_heads=8, num_kv_heads=1, seed=7)
+    _check(case, arch, _config(arch, block_n=128, num_splits=1 if kernel == "prefill" else 2))
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("kernel", ["prefill", "decode"])
+def test_contiguous_cache_and_default_config(arch, kernel):
+    """A contiguous (head-major) cache and the arch's default config from the loader."""
+    if kernel == "prefill":
+        case = cases.prefill_case(arch=arch, q_lens=[2, 3], prefix_lens=[0, 140], num_q_heads=8, num_kv_heads=2,
+                                  strided=False, seed=3, **SMALL)
+    else:
+        case = cases.decode_case(arch=arch, seq_lens=[500, 90], num_q_heads=8, num_kv_heads=2, strided=False,
+                                 seed=3, **SMALL)
+    _check(case, arch, None)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("kernel", ["prefill", "decode"])
+@pytest.mark.parametrize("mode", ["scalar", "per_token_head"])
+def test_dropped_or_swapped_scale_is_caught(arch, kernel, mode):
+    """The gate is sharp enough: a result computed without a scale, or with K and V scales swapped,
+    fails it. (A kernel that ignored a scale could not pass the tests above.)"""
+    if kernel == "prefill":
+        case = cases.prefill_case(arch=arch, scale_mode=mode, q_lens=[3], prefix_lens=[400], num_q_heads=8,
+                                  num_kv_heads=2, seed=11, **SMALL)
+    else:
+        case = cases.decode_case(arch=arch, scale_mode=mode, seq_lens=[600, 300], num_q_heads=8, num_kv_heads=2,
+                                 seed=11, **SMALL)
+    out, ref = _check(case, arch, _config(arch))
+    k_scale, v_scale = case.args["k_scale"], case.args["v_scale"]
+    variants = {
+        "no k_scale": dict(k_scale=torch.ones_like(k_scale)),
+        "no v_scale": dict(v_scale=torch.ones_like(v_scale)),
+        "swapped": dict(k_scale=v_scale, v_scale=k_scale),
+    }
+    for what, change in variants.items():
+        wrong = cases.run_reference(dataclasses.replace(case, args=dict(case.args, **change)))
+        assert not compare(out, wrong, torch.float32).ok, f"{what}: the gate cannot tell it from the right result"

@@ -1,0 +1,68 @@
+"""The generated modules match the templates, and rendering is strict."""
+import shutil
+
+import jinja2
+import pytest
+
+from codegen import render
+from codegen.variants import Variant, all_variants
+
+
+def test_committed_modules_match_templates():
+    assert render.drifted() == []
+
+
+def test_drift_is_detected_and_named(tmp_path, monkeypatch):
+    copy = tmp_path / "generated"
+    shutil.copytree(render.GENERATED_DIR, copy)
+    monkeypatch.setattr(render, "GENERATED_DIR", copy)
+    victim = copy / "sm90_decode_split_scalar.py"
+    victim.write_text(victim.read_text().replace("tl.exp2", "tl.exp"))
+    (copy / "gfx942_prefill_none.py").unlink()
+    problems = render.drifted()
+    assert any("sm90_decode_split_scalar.py: differs" in p for p in problems)
+    assert any("gfx942_prefill_none.py: missing" in p for p in problems)
+    assert len(problems) == 2
+
+
+def test_check_command_exit_code(tmp_path, monkeypatch):
+    from codegen.__main__ import main
+
+    assert main(["render", "--check"]) == 0
+    copy = tmp_path / "generated"
+    shutil.copytree(render.GENERATED_DIR, copy)
+    (copy / "stale_module.py").write_text("# old\n")
+    monkeypatch.setattr(render, "GENERATED_DIR", copy)
+    assert main(["render", "--check"]) == 1
+
+
+def test_missing_template_parameter_is_an_error(monkeypatch):
+    params = render.template_params
+    monkeypatch.setattr(render, "template_params", lambda v: {k: x for k, x in params(v).items() if k != "use_pdl"})
+    with pytest.raises(jinja2.UndefinedError):
+        render.render(Variant("sm90", "decode_split", "scalar"))
+
+
+def test_each_module_holds_only_its_scale_mode():
+    """No runtime or constexpr scale-mode switch survives rendering."""
+    for r in render.render_all():
+        text = r.text
+        assert "SCALE_MODE" not in text.split("SCALE_MODE = ", 1)[1].split("\n", 1)[1]  # only the constant
+        if r.variant.scale_mode == "none":
+            assert "k_scale_ptr" not in text and "v_scale_ptr" not in text
+        if r.variant.scale_mode == "scalar" and r.variant.kernel != "decode_merge":
+            assert "k_sc = " not in text and "qk_scale = sm_scale * 1.4426950408889634 * tl.load(k_scale_ptr)" in text
+        if r.variant.scale_mode == "per_token_head" and r.variant.kernel != "decode_merge":
+            assert "k_sc = tl.load(ks_row_ptr" in text and "p = p * v_sc[None, :]" in text
+        assert "make_block_ptr" not in text
+
+
+def test_variant_names_are_unique_and_importable():
+    import importlib
+
+    names = [v.name for v in all_variants()]
+    assert len(names) == len(set(names)) == 18
+    for v in all_variants():
+        mod = importlib.import_module(v.module)
+        assert mod.ARCH == v.arch and mod.SCALE_MODE == v.scale_mode
+        assert mod.INPUTS_SHA256 == render.inputs_sha256(v)
