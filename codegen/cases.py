@@ -60,68 +60,88 @@ def _scales(gen, scale_mode, num_kv_heads, num_pages, device):
     return k, v
 
 
-def _block_tables(gen, seq_lens, spare_pages):
-    """Each request's logical blocks on distinct physical pages, in random order."""
+def _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, future_prob):
+    """Top-k logical blocks per (KV head, query row): [Hkv, T, topk] int32.
+
+    The own block is always in; the others are distinct earlier blocks, random or (pattern
+    "correlated") the top of a per-(request, head) block score plus small per-token noise; with
+    `future_prob`, a row may also select the block after its own (all keys invisible: it must
+    contribute nothing). Valid ids come first in random order, -1 pads the tail.
+    """
+    rows, width = q_pos.shape[0], max(int(blocks_of_req.max()) if len(blocks_of_req) else 1, 1)
+    blk = torch.arange(width)[None, None, :]
+    own = (q_pos // PAGE_SIZE)[None, :, None]
+    if pattern == "correlated":
+        shared = torch.randn(num_kv_heads, len(blocks_of_req), width, generator=gen)
+        score = shared[:, req_of_row] + 0.1 * torch.randn(num_kv_heads, rows, width, generator=gen)
+    elif pattern == "random":
+        score = torch.rand(num_kv_heads, rows, width, generator=gen)
+    else:
+        raise ValueError(f"pattern: expected 'random' or 'correlated', got {pattern!r}")
+    allowed = (blk < own).expand(num_kv_heads, rows, width).clone()
+    if future_prob:
+        exists = blk < blocks_of_req[req_of_row][None, :, None]
+        lucky = torch.rand(num_kv_heads, rows, 1, generator=gen) < future_prob
+        allowed |= (blk == own + 1) & exists & lucky
+    score = torch.where(allowed, score, float("-inf"))
+    score = torch.where(blk == own, float("inf"), score)
+    k = min(topk, width)
+    values, ids = score.topk(k, dim=-1)
+    ids = torch.where(values > float("-inf"), ids, -1)
+    if k < topk:
+        ids = torch.cat([ids, torch.full((num_kv_heads, rows, topk - k), -1)], dim=-1)
+    # Shuffle the valid entries, keep the -1 padding at the tail.
+    key = torch.rand(num_kv_heads, rows, topk, generator=gen) + (ids < 0) * 2.0
+    return torch.gather(ids, -1, key.argsort(dim=-1)).to(torch.int32)
+
+
+def _block_tables(gen, seq_lens, selected, req_of_row, compact):
+    """[num_reqs, max_blocks] logical -> physical, every used block on its own page, random order.
+
+    compact=False gives every logical block of every request a page (small tests); compact=True
+    only the selected blocks (large benchmarks: the cache then holds just what is read).
+    Unused entries point at random pages: reading one by mistake gives a wrong (caught) answer.
+    """
     blocks = [math.ceil(s / PAGE_SIZE) for s in seq_lens]
-    num_pages = sum(blocks) + spare_pages
-    perm = torch.randperm(num_pages, generator=gen)
     width = max(max(blocks, default=1), 1)
-    # Unused entries point at random pages: reading one by mistake gives a wrong (caught) answer.
+    used = torch.zeros(len(seq_lens), width, dtype=torch.bool)
+    if compact:
+        sel = selected.permute(1, 0, 2).reshape(selected.shape[1], -1).long()  # [T, Hkv*topk]
+        req = req_of_row[:, None].expand_as(sel)
+        ok = sel >= 0
+        used[req[ok], sel[ok]] = True
+    else:
+        used = torch.arange(width)[None, :] < torch.tensor(blocks)[:, None]
+    num_pages = int(used.sum()) + 2
     table = torch.randint(0, num_pages, (len(seq_lens), width), generator=gen, dtype=torch.int32)
-    at = 0
-    for r, n in enumerate(blocks):
-        table[r, :n] = perm[at:at + n].to(torch.int32)
-        at += n
+    table[used] = torch.randperm(num_pages, generator=gen)[: int(used.sum())].to(torch.int32)
     return table, num_pages
 
 
-def _selection(gen, q_pos, topk, num_blocks_in_seq, pattern, shared_scores=None, future_ok=True):
-    """Top-k logical blocks of one query at q_pos: own block always in, distinct, -1 tail padding."""
-    own = q_pos // PAGE_SIZE
-    earlier = torch.arange(own)
-    if pattern == "correlated" and shared_scores is not None:
-        noisy = shared_scores[:own] + 0.1 * torch.randn(own, generator=gen)
-        chosen = earlier[torch.argsort(noisy, descending=True)[: topk - 1]]
-    else:
-        chosen = earlier[torch.randperm(own, generator=gen)[: topk - 1]]
-    chosen = chosen.tolist()
-    # Sometimes select a block past the query (all keys invisible): it must contribute nothing.
-    if future_ok and own + 1 < num_blocks_in_seq and len(chosen) < topk - 1 and torch.rand(1, generator=gen) < 0.5:
-        chosen.append(own + 1)
-    order = torch.randperm(len(chosen) + 1, generator=gen).tolist()
-    ids = [([own] + chosen)[i] for i in order]
-    return ids + [-1] * (topk - len(ids))
-
-
-def _topk_tensor(rows_per_head, num_kv_heads, total_q, topk, device, gen, padded_rows_garbage=0):
-    """[Hkv, total_q, topk] int32 as a transposed view of a [total_q, Hkv, topk] buffer."""
-    buf = torch.randint(-(2 ** 20), 2 ** 20, (total_q, num_kv_heads, topk), generator=gen, dtype=torch.int32)
-    for g, rows in enumerate(rows_per_head):
-        for t, ids in enumerate(rows):
-            buf[t, g] = torch.tensor(ids, dtype=torch.int32)
-    return buf.to(device).permute(1, 0, 2)
+def _topk_view(selected, device):
+    """[Hkv, T, topk] as a transposed view of a [T, Hkv, topk] buffer (the common layout)."""
+    return selected.permute(1, 0, 2).contiguous().to(device).permute(1, 0, 2)
 
 
 def prefill_case(*, arch: str, q_lens, prefix_lens, num_q_heads: int, num_kv_heads: int, head_dim: int = 128,
                  topk: int = 16, kv_dtype: str = "fp8", scale_mode: str = "scalar", q_dtype=torch.float32,
-                 device="cpu", seed: int = 0, pattern: str = "random", strided: bool = True) -> Case:
+                 device="cpu", seed: int = 0, pattern: str = "random", strided: bool = True,
+                 compact: bool = False, future_prob: float = 0.3) -> Case:
     gen = torch.Generator().manual_seed(seed)
     seq_lens = [p + n for p, n in zip(prefix_lens, q_lens)]
-    table, num_pages = _block_tables(gen, seq_lens, spare_pages=2)
+    req_of_row = torch.repeat_interleave(torch.arange(len(q_lens)), torch.tensor(q_lens, dtype=torch.long))
+    first = torch.tensor([0] + list(q_lens), dtype=torch.long).cumsum(0)[:-1]
+    q_pos = torch.tensor(prefix_lens, dtype=torch.long)[req_of_row] + torch.arange(len(req_of_row)) - first[req_of_row]
+    blocks_of_req = torch.tensor([math.ceil(s / PAGE_SIZE) for s in seq_lens], dtype=torch.long)
+    selected = _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, future_prob)
+    table, num_pages = _block_tables(gen, seq_lens, selected, req_of_row, compact)
     total_q = sum(q_lens)
-    rows = [[] for _ in range(num_kv_heads)]
-    for r, (p, n) in enumerate(zip(prefix_lens, q_lens)):
-        nblk = math.ceil(seq_lens[r] / PAGE_SIZE)
-        for g in range(num_kv_heads):
-            shared = torch.randn(nblk, generator=gen)
-            for i in range(n):
-                rows[g].append(_selection(gen, p + i, topk, nblk, pattern, shared))
-    cu = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0).tolist()), dtype=torch.int32)
+    cu = torch.tensor([0] + list(q_lens), dtype=torch.int32).cumsum(0, dtype=torch.int32)
     k_scale, v_scale = _scales(gen, scale_mode, num_kv_heads, num_pages, device)
     args = dict(
         q=torch.randn(total_q, num_q_heads, head_dim, generator=gen).to(q_dtype).to(device),
         kv_cache=_paged_cache(gen, num_pages, num_kv_heads, head_dim, _kv_dtype(arch, kv_dtype), device, strided),
-        topk_idx=_topk_tensor(rows, num_kv_heads, total_q, topk, device, gen),
+        topk_idx=_topk_view(selected, device),
         block_table=table.to(device),
         cu_seqlens_q=cu.to(device),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
@@ -138,25 +158,29 @@ def prefill_case(*, arch: str, q_lens, prefix_lens, num_q_heads: int, num_kv_hea
 
 def decode_case(*, arch: str, seq_lens, num_q_heads: int, num_kv_heads: int, head_dim: int = 128, topk: int = 16,
                 kv_dtype: str = "fp8", scale_mode: str = "scalar", q_dtype=torch.float32, device="cpu", seed: int = 0,
-                decode_query_len: int = 1, varlen_q_lens=None, padded_rows: int = 0, strided: bool = True) -> Case:
+                decode_query_len: int = 1, varlen_q_lens=None, padded_rows: int = 0, strided: bool = True,
+                compact: bool = False) -> Case:
     """Uniform decode (decode_query_len per request) or varlen (varlen_q_lens, 0 allowed), plus
     `padded_rows` rows past the last real token (as in a padded CUDA-graph batch)."""
     gen = torch.Generator().manual_seed(seed)
-    table, num_pages = _block_tables(gen, seq_lens, spare_pages=2)
     q_lens = list(varlen_q_lens) if varlen_q_lens is not None else [decode_query_len] * len(seq_lens)
-    real = sum(q_lens)
-    total_q = real + padded_rows
-    rows = [[] for _ in range(num_kv_heads)]
-    for r, (s, n) in enumerate(zip(seq_lens, q_lens)):
-        nblk = math.ceil(s / PAGE_SIZE)
-        for g in range(num_kv_heads):
-            for j in range(n):
-                rows[g].append(_selection(gen, s - n + j, topk, nblk, "random", future_ok=False))
+    real, total_q = sum(q_lens), sum(q_lens) + padded_rows
+    req_of_row = torch.repeat_interleave(torch.arange(len(q_lens)), torch.tensor(q_lens, dtype=torch.long))
+    first = torch.tensor([0] + q_lens, dtype=torch.long).cumsum(0)[:-1]
+    lens = torch.tensor(seq_lens, dtype=torch.long)
+    q_len_of_row = torch.tensor(q_lens, dtype=torch.long)[req_of_row]
+    q_pos = lens[req_of_row] - q_len_of_row + torch.arange(real) - first[req_of_row]
+    blocks_of_req = torch.tensor([math.ceil(s / PAGE_SIZE) for s in seq_lens], dtype=torch.long)
+    selected = _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, "random", 0.0)
+    table, num_pages = _block_tables(gen, seq_lens, selected, req_of_row, compact)
+    # Padded rows hold garbage ids: a kernel that reads them fails (wrong answer or fault).
+    garbage = torch.randint(-(2 ** 20), 2 ** 20, (num_kv_heads, padded_rows, topk), generator=gen, dtype=torch.int32)
+    selected = torch.cat([selected, garbage], dim=1)
     k_scale, v_scale = _scales(gen, scale_mode, num_kv_heads, num_pages, device)
     args = dict(
         q=torch.randn(total_q, num_q_heads, head_dim, generator=gen).to(q_dtype).to(device),
         kv_cache=_paged_cache(gen, num_pages, num_kv_heads, head_dim, _kv_dtype(arch, kv_dtype), device, strided),
-        topk_idx=_topk_tensor(rows, num_kv_heads, total_q, topk, device, gen),
+        topk_idx=_topk_view(selected, device),
         block_table=table.to(device),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
         num_kv_heads=num_kv_heads,
@@ -170,8 +194,7 @@ def decode_case(*, arch: str, seq_lens, num_q_heads: int, num_kv_heads: int, hea
     )
     if varlen_q_lens is not None:
         starts = [0] + torch.tensor(q_lens).cumsum(0).tolist()
-        t2r = [r for r, n in enumerate(q_lens) for _ in range(n)]
-        t2r += torch.randint(-1000, 1000, (padded_rows,), generator=gen).tolist()  # garbage: must not be read
+        t2r = req_of_row.tolist() + torch.randint(-1000, 1000, (padded_rows,), generator=gen).tolist()
         args["query_start_loc"] = torch.tensor(starts, dtype=torch.int32, device=device)
         args["token_to_req_indices"] = torch.tensor(t2r, dtype=torch.int32, device=device)
     return Case("decode", args, scale_mode)

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets up .venv (scripts/setup.sh) and runs every CPU gate. CI runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export OMP_NUM_THREADS=1
+PY=.venv/bin/python
+echo "== drift: generated modules vs templates"
+$PY -m codegen render --check
+echo "== interpreter suite (TRITON_INTERPRET=1, fp32 queries)"
+$PY -m pytest -q -n 2 tests/interp
+if [ -d tests/static ]; then
+  echo "== static compile gates (sm90 + gfx942, ahead of time; separate process: no interpreter)"
+  $PY -m pytest -q -n 2 tests/static
+fi

@@ -1,0 +1,49 @@
+"""The serving-like inputs have the properties the gates rely on."""
+import torch
+
+from codegen import cases
+from codegen.variants import PAGE_SIZE
+
+
+def _rows(case):
+    return case.args["topk_idx"]
+
+
+def test_prefill_selection_properties():
+    case = cases.prefill_case(arch="sm90", q_lens=[50, 3], prefix_lens=[2000, 0], num_q_heads=4, num_kv_heads=2,
+                              head_dim=32, topk=8, seed=5, future_prob=0.5)
+    topk, cu = _rows(case), case.args["cu_seqlens_q"].tolist()
+    assert not topk.is_contiguous(), "transposed view expected"
+    assert not case.args["kv_cache"].is_contiguous(), "token-major strided cache expected"
+    saw_future = saw_padding = False
+    for req, prefix in enumerate(case.args["prefix_lens"].tolist()):
+        for t in range(cu[req], cu[req + 1]):
+            own = (prefix + t - cu[req]) // PAGE_SIZE
+            for g in range(topk.shape[0]):
+                ids = topk[g, t].tolist()
+                valid = [i for i in ids if i >= 0]
+                assert ids[: len(valid)] == valid, "-1 only pads the tail"
+                assert own in valid and len(set(valid)) == len(valid)
+                assert all(i < own or i == own + 1 for i in valid if i != own)
+                saw_future |= own + 1 in valid
+                saw_padding |= len(valid) < len(ids)
+    assert saw_future and saw_padding
+
+
+def test_decode_padded_rows_hold_garbage_and_pages_are_shuffled():
+    case = cases.decode_case(arch="sm90", seq_lens=[900, 300], num_q_heads=4, num_kv_heads=1, head_dim=32, topk=4,
+                             padded_rows=3, seed=2)
+    assert case.args["topk_idx"][:, 2:].abs().max() > 1000
+    table = case.args["block_table"]
+    assert not torch.equal(table[0, :8], torch.arange(8, dtype=torch.int32)), "physical page order is random"
+
+
+def test_correlated_pattern_shares_blocks_between_neighbours():
+    kw = dict(arch="sm90", q_lens=[64], prefix_lens=[8192], num_q_heads=4, num_kv_heads=1, head_dim=32, seed=1,
+              future_prob=0.0)
+    overlap = {}
+    for pattern in ("random", "correlated"):
+        ids = cases.prefill_case(pattern=pattern, **kw).args["topk_idx"][0]
+        a, b = ids[:-1].sort(-1).values, ids[1:].sort(-1).values
+        overlap[pattern] = sum(len(set(x.tolist()) & set(y.tolist())) for x, y in zip(a, b)) / len(a)
+    assert overlap["correlated"] > 2 * overlap["random"]
