@@ -38,11 +38,9 @@ def _kv_dtype(arch: str, kv_dtype: str) -> torch.dtype:
 def _paged_cache(gen, num_pages, num_kv_heads, head_dim, dtype, device, strided):
     """Cache [num_pages, Hkv, 128, 2D]; strided=True gives a token-major physical layout view."""
     if strided:
-        base = torch.randn(num_pages, PAGE_SIZE, num_kv_heads, 2 * head_dim, generator=gen)
-        cache = base.to(dtype).to(device).permute(0, 2, 1, 3)
-    else:
-        cache = torch.randn(num_pages, num_kv_heads, PAGE_SIZE, 2 * head_dim, generator=gen).to(dtype).to(device)
-    return cache
+        base = torch.randn(num_pages, PAGE_SIZE, num_kv_heads, 2 * head_dim, generator=gen, device=device)
+        return base.to(dtype).permute(0, 2, 1, 3)
+    return torch.randn(num_pages, num_kv_heads, PAGE_SIZE, 2 * head_dim, generator=gen, device=device).to(dtype)
 
 
 def _scales(gen, scale_mode, num_kv_heads, num_pages, device):
@@ -50,13 +48,12 @@ def _scales(gen, scale_mode, num_kv_heads, num_pages, device):
         return None, None
     if scale_mode == "scalar":
         # Non-power-of-two values: a misplaced scale must change the result visibly.
-        k, v = 0.5 + 0.6 * torch.rand(2, generator=gen)
-        return (torch.tensor([k.item()], dtype=torch.float32, device=device),
-                torch.tensor([v.item()], dtype=torch.float32, device=device))
+        kv = 0.5 + 0.6 * torch.rand(2, generator=gen, device=device)
+        return kv[0:1].clone(), kv[1:2].clone()
     # per_token_head: [Hkv, N] views with non-unit strides and a few spare slots.
     slots = num_pages * PAGE_SIZE + 64
-    k = (0.5 + 0.6 * torch.rand(slots, num_kv_heads, generator=gen)).to(device).t()
-    v = (0.5 + 0.6 * torch.rand(slots, num_kv_heads, generator=gen)).to(device).t()
+    k = (0.5 + 0.6 * torch.rand(slots, num_kv_heads, generator=gen, device=device)).t()
+    v = (0.5 + 0.6 * torch.rand(slots, num_kv_heads, generator=gen, device=device)).t()
     return k, v
 
 
@@ -69,19 +66,20 @@ def _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, 
     contribute nothing). Valid ids come first in random order, -1 pads the tail.
     """
     rows, width = q_pos.shape[0], max(int(blocks_of_req.max()) if len(blocks_of_req) else 1, 1)
-    blk = torch.arange(width)[None, None, :]
+    dev = q_pos.device
+    blk = torch.arange(width, device=dev)[None, None, :]
     own = (q_pos // PAGE_SIZE)[None, :, None]
     if pattern == "correlated":
-        shared = torch.randn(num_kv_heads, len(blocks_of_req), width, generator=gen)
-        score = shared[:, req_of_row] + 0.1 * torch.randn(num_kv_heads, rows, width, generator=gen)
+        shared = torch.randn(num_kv_heads, len(blocks_of_req), width, generator=gen, device=dev)
+        score = shared[:, req_of_row] + 0.1 * torch.randn(num_kv_heads, rows, width, generator=gen, device=dev)
     elif pattern == "random":
-        score = torch.rand(num_kv_heads, rows, width, generator=gen)
+        score = torch.rand(num_kv_heads, rows, width, generator=gen, device=dev)
     else:
         raise ValueError(f"pattern: expected 'random' or 'correlated', got {pattern!r}")
     allowed = (blk < own).expand(num_kv_heads, rows, width).clone()
     if future_prob:
         exists = blk < blocks_of_req[req_of_row][None, :, None]
-        lucky = torch.rand(num_kv_heads, rows, 1, generator=gen) < future_prob
+        lucky = torch.rand(num_kv_heads, rows, 1, generator=gen, device=dev) < future_prob
         allowed |= (blk == own + 1) & exists & lucky
     score = torch.where(allowed, score, float("-inf"))
     score = torch.where(blk == own, float("inf"), score)
@@ -89,9 +87,9 @@ def _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, 
     values, ids = score.topk(k, dim=-1)
     ids = torch.where(values > float("-inf"), ids, -1)
     if k < topk:
-        ids = torch.cat([ids, torch.full((num_kv_heads, rows, topk - k), -1)], dim=-1)
+        ids = torch.cat([ids, torch.full((num_kv_heads, rows, topk - k), -1, device=dev)], dim=-1)
     # Shuffle the valid entries, keep the -1 padding at the tail.
-    key = torch.rand(num_kv_heads, rows, topk, generator=gen) + (ids < 0) * 2.0
+    key = torch.rand(num_kv_heads, rows, topk, generator=gen, device=dev) + (ids < 0) * 2.0
     return torch.gather(ids, -1, key.argsort(dim=-1)).to(torch.int32)
 
 
@@ -104,46 +102,49 @@ def _block_tables(gen, seq_lens, selected, req_of_row, compact):
     """
     blocks = [math.ceil(s / PAGE_SIZE) for s in seq_lens]
     width = max(max(blocks, default=1), 1)
-    used = torch.zeros(len(seq_lens), width, dtype=torch.bool)
+    dev = selected.device
+    used = torch.zeros(len(seq_lens), width, dtype=torch.bool, device=dev)
     if compact:
         sel = selected.permute(1, 0, 2).reshape(selected.shape[1], -1).long()  # [T, Hkv*topk]
         req = req_of_row[:, None].expand_as(sel)
         ok = sel >= 0
         used[req[ok], sel[ok]] = True
     else:
-        used = torch.arange(width)[None, :] < torch.tensor(blocks)[:, None]
+        used = torch.arange(width, device=dev)[None, :] < torch.tensor(blocks, device=dev)[:, None]
     num_pages = int(used.sum()) + 2
-    table = torch.randint(0, num_pages, (len(seq_lens), width), generator=gen, dtype=torch.int32)
-    table[used] = torch.randperm(num_pages, generator=gen)[: int(used.sum())].to(torch.int32)
+    table = torch.randint(0, num_pages, (len(seq_lens), width), generator=gen, dtype=torch.int32, device=dev)
+    table[used] = torch.randperm(num_pages, generator=gen, device=dev)[: int(used.sum())].to(torch.int32)
     return table, num_pages
 
 
-def _topk_view(selected, device):
+def _topk_view(selected):
     """[Hkv, T, topk] as a transposed view of a [T, Hkv, topk] buffer (the common layout)."""
-    return selected.permute(1, 0, 2).contiguous().to(device).permute(1, 0, 2)
+    return selected.permute(1, 0, 2).contiguous().permute(1, 0, 2)
 
 
 def prefill_case(*, arch: str, q_lens, prefix_lens, num_q_heads: int, num_kv_heads: int, head_dim: int = 128,
                  topk: int = 16, kv_dtype: str = "fp8", scale_mode: str = "scalar", q_dtype=torch.float32,
                  device="cpu", seed: int = 0, pattern: str = "random", strided: bool = True,
                  compact: bool = False, future_prob: float = 0.3) -> Case:
-    gen = torch.Generator().manual_seed(seed)
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
     seq_lens = [p + n for p, n in zip(prefix_lens, q_lens)]
-    req_of_row = torch.repeat_interleave(torch.arange(len(q_lens)), torch.tensor(q_lens, dtype=torch.long))
-    first = torch.tensor([0] + list(q_lens), dtype=torch.long).cumsum(0)[:-1]
-    q_pos = torch.tensor(prefix_lens, dtype=torch.long)[req_of_row] + torch.arange(len(req_of_row)) - first[req_of_row]
-    blocks_of_req = torch.tensor([math.ceil(s / PAGE_SIZE) for s in seq_lens], dtype=torch.long)
+    longs = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
+    req_of_row = torch.repeat_interleave(longs(list(range(len(q_lens)))), longs(list(q_lens)))
+    first = longs([0] + list(q_lens)).cumsum(0)[:-1]
+    q_pos = longs(list(prefix_lens))[req_of_row] + torch.arange(len(req_of_row), device=device) - first[req_of_row]
+    blocks_of_req = longs([math.ceil(s / PAGE_SIZE) for s in seq_lens])
     selected = _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, future_prob)
     table, num_pages = _block_tables(gen, seq_lens, selected, req_of_row, compact)
     total_q = sum(q_lens)
-    cu = torch.tensor([0] + list(q_lens), dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cu = torch.tensor([0] + list(q_lens), dtype=torch.int32, device=device).cumsum(0, dtype=torch.int32)
     k_scale, v_scale = _scales(gen, scale_mode, num_kv_heads, num_pages, device)
     args = dict(
-        q=torch.randn(total_q, num_q_heads, head_dim, generator=gen).to(q_dtype).to(device),
+        q=torch.randn(total_q, num_q_heads, head_dim, generator=gen, device=device).to(q_dtype),
         kv_cache=_paged_cache(gen, num_pages, num_kv_heads, head_dim, _kv_dtype(arch, kv_dtype), device, strided),
-        topk_idx=_topk_view(selected, device),
-        block_table=table.to(device),
-        cu_seqlens_q=cu.to(device),
+        topk_idx=_topk_view(selected),
+        block_table=table,
+        cu_seqlens_q=cu,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
         prefix_lens=torch.tensor(prefix_lens, dtype=torch.int32, device=device),
         max_query_len=max(q_lens, default=0),
@@ -162,26 +163,27 @@ def decode_case(*, arch: str, seq_lens, num_q_heads: int, num_kv_heads: int, hea
                 compact: bool = False) -> Case:
     """Uniform decode (decode_query_len per request) or varlen (varlen_q_lens, 0 allowed), plus
     `padded_rows` rows past the last real token (as in a padded CUDA-graph batch)."""
-    gen = torch.Generator().manual_seed(seed)
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
     q_lens = list(varlen_q_lens) if varlen_q_lens is not None else [decode_query_len] * len(seq_lens)
     real, total_q = sum(q_lens), sum(q_lens) + padded_rows
-    req_of_row = torch.repeat_interleave(torch.arange(len(q_lens)), torch.tensor(q_lens, dtype=torch.long))
-    first = torch.tensor([0] + q_lens, dtype=torch.long).cumsum(0)[:-1]
-    lens = torch.tensor(seq_lens, dtype=torch.long)
-    q_len_of_row = torch.tensor(q_lens, dtype=torch.long)[req_of_row]
-    q_pos = lens[req_of_row] - q_len_of_row + torch.arange(real) - first[req_of_row]
-    blocks_of_req = torch.tensor([math.ceil(s / PAGE_SIZE) for s in seq_lens], dtype=torch.long)
+    longs = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
+    req_of_row = torch.repeat_interleave(longs(list(range(len(q_lens)))), longs(q_lens))
+    first = longs([0] + q_lens).cumsum(0)[:-1]
+    q_pos = longs(list(seq_lens))[req_of_row] - longs(q_lens)[req_of_row] + torch.arange(real, device=device) - first[req_of_row]
+    blocks_of_req = longs([math.ceil(s / PAGE_SIZE) for s in seq_lens])
     selected = _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, "random", 0.0)
     table, num_pages = _block_tables(gen, seq_lens, selected, req_of_row, compact)
     # Padded rows hold garbage ids: a kernel that reads them fails (wrong answer or fault).
-    garbage = torch.randint(-(2 ** 20), 2 ** 20, (num_kv_heads, padded_rows, topk), generator=gen, dtype=torch.int32)
+    garbage = torch.randint(-(2 ** 20), 2 ** 20, (num_kv_heads, padded_rows, topk), generator=gen, dtype=torch.int32,
+                            device=device)
     selected = torch.cat([selected, garbage], dim=1)
     k_scale, v_scale = _scales(gen, scale_mode, num_kv_heads, num_pages, device)
     args = dict(
-        q=torch.randn(total_q, num_q_heads, head_dim, generator=gen).to(q_dtype).to(device),
+        q=torch.randn(total_q, num_q_heads, head_dim, generator=gen, device=device).to(q_dtype),
         kv_cache=_paged_cache(gen, num_pages, num_kv_heads, head_dim, _kv_dtype(arch, kv_dtype), device, strided),
-        topk_idx=_topk_view(selected, device),
-        block_table=table.to(device),
+        topk_idx=_topk_view(selected),
+        block_table=table,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
         num_kv_heads=num_kv_heads,
         sm_scale=head_dim ** -0.5,
@@ -194,7 +196,7 @@ def decode_case(*, arch: str, seq_lens, num_q_heads: int, num_kv_heads: int, hea
     )
     if varlen_q_lens is not None:
         starts = [0] + torch.tensor(q_lens).cumsum(0).tolist()
-        t2r = req_of_row.tolist() + torch.randint(-1000, 1000, (padded_rows,), generator=gen).tolist()
+        t2r = req_of_row.tolist() + torch.randint(-1000, 1000, (padded_rows,), generator=gen, device=device).tolist()
         args["query_start_loc"] = torch.tensor(starts, dtype=torch.int32, device=device)
         args["token_to_req_indices"] = torch.tensor(t2r, dtype=torch.int32, device=device)
     return Case("decode", args, scale_mode)
