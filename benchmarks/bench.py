@@ -1,0 +1,166 @@
+"""MSA kernel benchmark on the current GPU: per-call time from CUDA-graph replays, % of floors.
+
+Each case: per-call time from one CUDA graph of `calls` calls cycling over rotating input sets
+(enough sets that the data of consecutive calls never shares the L2), median of replays; achieved
+bytes/s against a device copy and useful FLOP/s against a bf16 matmul, both measured in this run.
+
+  python benchmarks/bench.py --quick                  # a few headline cases
+  python benchmarks/bench.py --out results/h200       # the full serving grid (JSON, table, PNGs)
+  python benchmarks/bench.py --configs default '{"block_n": 128}'   # compare launch configs
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import pathlib
+import platform
+import sys
+import time
+
+import torch
+import triton
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from codegen import LaunchConfig, cases, get_config  # noqa: E402
+from codegen.timing import copy_bandwidth, graph_time, matmul_flops  # noqa: E402
+from codegen.validate import detect_device_arch  # noqa: E402
+from codegen.workload import min_bytes, useful_flops  # noqa: E402
+
+LAYOUTS = {"tp1": (64, 4), "tp4": (16, 1), "tp8": (8, 1)}
+MODES = {"scalar": "fp8", "per_token_head": "fp8", "none": "bf16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    kernel: str
+    layout: str
+    mode: str
+    batch: int  # decode: requests; prefill: requests in the chunk
+    tokens: int  # decode: query length per request; prefill: chunk tokens per request
+    context: int  # decode: context per request; prefill: cached prefix per request
+    pattern: str = "random"
+
+    @property
+    def label(self) -> str:
+        if self.kernel == "decode":
+            return f"decode {self.layout} {self.mode} b{self.batch} q{self.tokens} ctx{self.context // 1024}k"
+        return (f"prefill {self.layout} {self.mode} {self.pattern} {self.batch}x{self.tokens // 1024}k "
+                f"prefix{self.context // 1024}k")
+
+
+def build(spec: Spec, arch: str, seed: int) -> cases.Case:
+    hq, hkv = LAYOUTS[spec.layout]
+    common = dict(arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype=MODES[spec.mode], scale_mode=spec.mode,
+                  q_dtype=torch.bfloat16, device="cuda", seed=seed, compact=True)
+    if spec.kernel == "decode":
+        return cases.decode_case(seq_lens=[spec.context] * spec.batch, decode_query_len=spec.tokens, **common)
+    return cases.prefill_case(q_lens=[spec.tokens] * spec.batch, prefix_lens=[spec.context] * spec.batch,
+                              pattern=spec.pattern, future_prob=0.0, **common)
+
+
+def grid(quick: bool) -> list[Spec]:
+    if quick:
+        return [
+            Spec("decode", "tp4", "scalar", 1, 1, 8192),
+            Spec("decode", "tp4", "scalar", 128, 1, 8192),
+            Spec("decode", "tp1", "scalar", 128, 1, 8192),
+            Spec("decode", "tp1", "per_token_head", 128, 1, 8192),
+            Spec("prefill", "tp1", "scalar", 1, 8192, 0, "correlated"),
+            Spec("prefill", "tp4", "scalar", 1, 8192, 0, "correlated"),
+            Spec("prefill", "tp4", "scalar", 1, 8192, 120 * 1024, "random"),
+        ]
+    specs = []
+    for mode in MODES:
+        for layout in LAYOUTS:
+            for ctx in (8192, 128 * 1024):
+                for qlen in (1, 4):
+                    for batch in (1, 8, 32, 128, 256):
+                        specs.append(Spec("decode", layout, mode, batch, qlen, ctx))
+            for pattern in ("correlated", "random"):
+                for tokens, prefix, batch in ((2048, 0, 1), (8192, 0, 1), (32768, 0, 1), (8192, 120 * 1024, 1),
+                                              (2048, 0, 4)):
+                    specs.append(Spec("prefill", layout, mode, batch, tokens, prefix, pattern))
+    return specs
+
+
+def resolve(config_arg: str, spec: Spec, arch: str, case: cases.Case) -> LaunchConfig | None:
+    if config_arg == "default":
+        return None  # what the runtime picks (tuned if a file matches, else the arch default)
+    return dataclasses.replace(
+        get_config(spec.kernel, arch, torch.cuda.get_device_name(), spec.mode, MODES[spec.mode],
+                   LAYOUTS[spec.layout][0], LAYOUTS[spec.layout][1], case.args["q"].shape[0]).config,
+        **json.loads(config_arg))
+
+
+def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int, l2_bytes: int) -> list[dict]:
+    first = build(spec, arch, seed=0)
+    nbytes, flops = min_bytes(first), useful_flops(first)
+    n_sets = max(2, min(calls, math.ceil(4 * l2_bytes / max(nbytes, 1))))
+    sets = [first] + [build(spec, arch, seed=s) for s in range(1, n_sets)]
+    rows = []
+    for config_arg in config_args:
+        config = resolve(config_arg, spec, arch, first)
+        try:
+            timing = graph_time([lambda c=sets[i % n_sets]: cases.run_kernel(c, config=config) for i in range(calls)])
+        except Exception as exc:  # a config that cannot run is reported, not fatal
+            rows.append(dict(case=spec.label, config=config_arg, error=f"{type(exc).__name__}: {exc}"[:200]))
+            continue
+        rows.append(dict(case=spec.label, spec=dataclasses.asdict(spec), config=config_arg,
+                         time_us=timing.median_us, p10_us=timing.p10_us, p90_us=timing.p90_us,
+                         calls=calls, input_sets=n_sets, bytes=nbytes, flops=flops))
+    del sets
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a few headline cases instead of the full grid")
+    parser.add_argument("--configs", nargs="+", default=["default"],
+                        help="'default' or JSON overrides of the runtime's config, one column each")
+    parser.add_argument("--calls", type=int, default=20, help="calls captured per graph")
+    parser.add_argument("--filter", default="", help="only cases whose label contains this text")
+    parser.add_argument("--out", type=pathlib.Path, default=None, help="folder for bench.json and the PNG plots")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench.py: needs a GPU (the interpreter's timings mean nothing)", file=sys.stderr)
+        return 2
+    arch = detect_device_arch(torch.device("cuda"))
+    env = dict(gpu=torch.cuda.get_device_name(), arch=arch, torch=torch.__version__, triton=triton.__version__,
+               cuda=torch.version.cuda, hip=torch.version.hip, python=platform.python_version(),
+               date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), command=" ".join(sys.argv))
+    env["copy_bytes_per_s"] = copy_bandwidth()
+    env["bf16_flops_per_s"] = matmul_flops()
+    print(f"# {env['gpu']} ({arch}), torch {env['torch']}, triton {env['triton']}; "
+          f"copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s")
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 60 * 2 ** 20)
+    rows = []
+    specs = [s for s in grid(args.quick) if args.filter in s.label]
+    header = f"{'case':58s} {'config':>18s} {'us/call':>9s} {'%HBM':>6s} {'%bf16':>6s}"
+    print(header)
+    for spec in specs:
+        for row in run_spec(spec, arch, args.configs, args.calls, l2):
+            if "error" not in row:
+                row["hbm_fraction"] = row["bytes"] / (row["time_us"] * 1e-6) / env["copy_bytes_per_s"]
+                row["bf16_fraction"] = row["flops"] / (row["time_us"] * 1e-6) / env["bf16_flops_per_s"]
+                print(f"{row['case']:58s} {row['config'][:18]:>18s} {row['time_us']:9.2f} "
+                      f"{100 * row['hbm_fraction']:6.1f} {100 * row['bf16_fraction']:6.1f}", flush=True)
+            else:
+                print(f"{row['case']:58s} {row['config'][:18]:>18s} ERROR {row['error']}", flush=True)
+            rows.append(row)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench.json").write_text(json.dumps(dict(env=env, rows=rows), indent=1, sort_keys=True))
+        try:
+            from plots import write_plots  # noqa: E402  (benchmarks/plots.py, matplotlib)
+            write_plots(rows, args.out)
+        except ImportError as exc:
+            print(f"plots skipped: {exc}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
