@@ -14,12 +14,15 @@ class LaunchConfig:
     """Launch parameters of one kernel family on one arch.
 
     block_n: keys per inner step (divides the 128-token page).
+    block_t: prefill only; query tokens per program sharing the loads of their selected pages
+        (1 = the per-token path).
     num_splits: decode only; top-k pages are split across this many programs (1 = one launch).
     merge_num_warps: decode only; warps of the merge kernel (unused when num_splits == 1).
     waves_per_eu, matrix_instr_nonkdim, kpack: gfx942 only (0 / 0 / 1 mean "backend default").
     """
 
     block_n: int = 64
+    block_t: int = 1
     num_warps: int = 4
     num_stages: int = 2
     num_splits: int = 1
@@ -58,6 +61,10 @@ def validate_config(config: LaunchConfig, *, arch: str, kernel: str, topk: int |
         raise TypeError(f"config: expected a LaunchConfig, got {type(config).__name__}")
     if not (_power_of_two(config.block_n) and 16 <= config.block_n <= PAGE_SIZE):
         raise ValueError(f"config.block_n: expected a power of two in [16, {PAGE_SIZE}], got {config.block_n}")
+    if not (_power_of_two(config.block_t) and config.block_t <= 16):
+        raise ValueError(f"config.block_t: expected a power of two in [1, 16], got {config.block_t}")
+    if kernel == "decode" and config.block_t != 1:
+        raise ValueError(f"config.block_t: prefill-only (tokens per program); decode takes 1, got {config.block_t}")
     for field in ("num_warps", "merge_num_warps"):
         value = getattr(config, field)
         if not (_power_of_two(value) and value <= 16):

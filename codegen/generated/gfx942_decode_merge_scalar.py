@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_decode_merge_scalar (arch=gfx942, kernel=decode_merge, scale_mode=scalar)
-# inputs-sha256: 059e8d3b29cbce6052bb2bbbc1fd3389c7786c9ab68de093a5faad19c82dcc5f
+# inputs-sha256: 9079cfbee5da2f296e7166c60d939fd49ac36319da914782e8dcf966013d813e
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -57,18 +57,32 @@ def _msa_decode_merge_kernel(
     )
 
 
+KERNEL = _msa_decode_merge_kernel
+
+
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, config, use_pdl=False, **_):
+    """The kernel's compile-time parameters for a shape and config (shared with the static checks)."""
+    gqa = num_q_heads // num_kv_heads
+    return dict(GQA=gqa, HEAD_DIM=head_dim, BLOCK_M=triton.next_power_of_2(gqa), NUM_SPLITS=config.num_splits,
+                SPLITS_P2=triton.next_power_of_2(config.num_splits), USE_PDL=False)
+
+
+def options(config):
+    """Launch options of the merge kernel: its own warp count, one stage (no loop to pipeline)."""
+    return dict(num_warps=config.merge_num_warps, num_stages=1)
+
+
 def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     """Reduces the split kernel's partials into `output` (validated by codegen.api)."""
     total_q, num_q_heads, num_splits, head_dim = part_o.shape
-    gqa = num_q_heads // num_kv_heads
     grid = (total_q, num_kv_heads)
     _msa_decode_merge_kernel[grid](
         part_o, part_lse, output, v_scale,
         *output.stride(),
-        GQA=gqa, HEAD_DIM=head_dim, BLOCK_M=max(16, triton.next_power_of_2(gqa)), NUM_SPLITS=num_splits,
-        SPLITS_P2=triton.next_power_of_2(num_splits), USE_PDL=False,
-        num_warps=config.merge_num_warps,
+        **constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, config=config,
+                     use_pdl=use_pdl),
+        **options(config),
     )
     return output
 
-INPUTS_SHA256 = '059e8d3b29cbce6052bb2bbbc1fd3389c7786c9ab68de093a5faad19c82dcc5f'
+INPUTS_SHA256 = '9079cfbee5da2f296e7166c60d939fd49ac36319da914782e8dcf966013d813e'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 6e4988c51a5e7dc3a559d2488a775cfe3bb3526ed7e5a42aefbb3d364fb29310
+# inputs-sha256: 5cb22d47a3633d4d86345362312b1ca4ab8fc5db187121562f63afcdb077db54
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -59,14 +59,14 @@ def _msa_decode_split_kernel(
     q_pos = seq_len - q_len + j
     kv_end = tl.where(row_live, tl.minimum(q_pos + 1, seq_len), 0)
     block_table_row_ptr = block_table_ptr + req.to(tl.int64) * stride_bt_r
-
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     offs_n = tl.arange(0, BLOCK_N)
-    heads = g * GQA + offs_m
+    heads = g * GQA + offs_m  # the rows are the token's GQA heads, padded to BLOCK_M
     row_ok = offs_m < GQA
+    row_tok = tl.full([BLOCK_M], 0, tl.int64) + t
     q = tl.load(
-        q_ptr + t * stride_q_t + heads[:, None] * stride_q_h + offs_d[None, :] * stride_q_d,
+        q_ptr + row_tok[:, None] * stride_q_t + heads[:, None] * stride_q_h + offs_d[None, :] * stride_q_d,
         mask=row_ok[:, None],
         other=0.0,
     )
@@ -77,13 +77,11 @@ def _msa_decode_split_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     kv_head_ptr = kv_ptr + g * stride_kv_h
     topk_row_ptr = topk_ptr + g * stride_tk_h + t * stride_tk_t
-
     offs_k = tl.arange(0, TOPK_P2)
     sel = tl.load(topk_row_ptr + offs_k * stride_tk_k, mask=offs_k < tl.where(row_live, topk, 0), other=-1)
     n_sel = tl.sum((sel >= 0).to(tl.int32), axis=0)
     blk_lo = tl.minimum(split * blocks_per_split, n_sel)
     blk_hi = tl.minimum(blk_lo + blocks_per_split, n_sel)
-
     for it in range(blk_lo * SUBTILES, blk_hi * SUBTILES):
         blk = tl.load(topk_row_ptr + (it // SUBTILES) * stride_tk_k)
         slot = (it % SUBTILES) * BLOCK_N + offs_n  # offset inside the page
@@ -114,7 +112,7 @@ def _msa_decode_split_kernel(
         o = acc / l_safe[:, None]
         o = o * tl.load(v_scale_ptr)  # folded V scale: once on the normalized fp32 accumulator
         tl.store(
-            out_ptr + t * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
+            out_ptr + row_tok[:, None] * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
             o.to(out_ptr.dtype.element_ty),
             mask=row_ok[:, None],
         )
@@ -128,6 +126,22 @@ def _msa_decode_split_kernel(
         tl.store(part_lse_ptr + row, lse, mask=row_ok)
 
 
+KERNEL = _msa_decode_split_kernel
+
+
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=False, use_pdl=False, **_):
+    """The kernel's compile-time parameters for a shape and config (shared with the static checks)."""
+    gqa = num_q_heads // num_kv_heads
+    return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
+                BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
+                NUM_SPLITS=config.num_splits, VARLEN=varlen, USE_PDL=use_pdl)
+
+
+def options(config):
+    """Compiler/launch options of `config` on sm90."""
+    return dict(num_warps=config.num_warps, num_stages=config.num_stages)
+
+
 def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
            decode_query_len, k_scale, v_scale, query_start_loc, token_to_req_indices, config,
            use_pdl):
@@ -137,7 +151,6 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     buffers the merge kernel reduces.
     """
     total_q, num_q_heads, head_dim = q.shape
-    gqa = num_q_heads // num_kv_heads
     topk = topk_idx.shape[2]
     num_splits = config.num_splits
     if total_q == 0:
@@ -157,11 +170,10 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         float(sm_scale), topk, seq_lens.shape[0], decode_query_len if not varlen else 1,
         triton.cdiv(topk, num_splits),
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
-        GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
-        BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
-        NUM_SPLITS=num_splits, VARLEN=varlen, USE_PDL=use_pdl,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        **constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, topk=topk,
+                     config=config, varlen=varlen, use_pdl=use_pdl),
+        **options(config),
     )
     return None if num_splits == 1 else (part_o, part_lse)
 
-INPUTS_SHA256 = '6e4988c51a5e7dc3a559d2488a775cfe3bb3526ed7e5a42aefbb3d364fb29310'
+INPUTS_SHA256 = '5cb22d47a3633d4d86345362312b1ca4ab8fc5db187121562f63afcdb077db54'
