@@ -97,3 +97,62 @@ def reference_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads,
         q_pos = lens[req] - q_len + j
         _attend_token(out, q, k, v, topk_idx, block_table, t, req, min(q_pos + 1, lens[req]), sm_scale)
     return _result(out, output)
+
+
+def reference_batched(case_kernel: str, args: dict, *, dtype=torch.float32, chunk_tokens: int = 256) -> torch.Tensor:
+    """The same function as reference_prefill / reference_decode, vectorized over tokens on the
+    inputs' device (the tuner checks large buckets with it). Gathers each token's selected pages,
+    masks invisible keys, plain softmax; `chunk_tokens` bounds the gathered memory."""
+    q, kv_cache, topk_idx, block_table = args["q"], args["kv_cache"], args["topk_idx"], args["block_table"]
+    device = q.device
+    k, v = _dequantized_kv(kv_cache, args.get("k_scale"), args.get("v_scale"), dtype)  # [NB, Hkv, 128, D]
+    req, kv_end = _token_rows(case_kernel, args)
+    total_q, num_q_heads, head_dim = q.shape
+    num_kv_heads = kv_cache.shape[1]
+    gqa = num_q_heads // num_kv_heads
+    out = torch.zeros(q.shape, dtype=dtype, device=device)
+    slots = torch.arange(PAGE_SIZE, device=device)
+    heads = torch.arange(num_kv_heads, device=device)
+    for lo in range(0, len(req), chunk_tokens):
+        t = torch.arange(lo, min(lo + chunk_tokens, len(req)), device=device)
+        blk = topk_idx[:, t].permute(1, 0, 2).long()  # [T, Hkv, topk]
+        valid = blk >= 0
+        page = block_table[req[t][:, None, None], blk.clamp_min(0)].long()  # [T, Hkv, topk]
+        pos = blk[..., None] * PAGE_SIZE + slots  # [T, Hkv, topk, 128]
+        seen = valid[..., None] & (pos < kv_end[t][:, None, None, None])
+        kk = k[page, heads[None, :, None]]  # [T, Hkv, topk, 128, D]
+        vv = v[page, heads[None, :, None]]
+        kk = kk.flatten(2, 3)
+        vv = vv.flatten(2, 3)
+        seen = seen.flatten(2, 3)  # [T, Hkv, topk*128]
+        qq = q[t].to(dtype).view(len(t), num_kv_heads, gqa, head_dim)
+        scores = torch.einsum("thgd,thkd->thgk", qq, kk) * args["sm_scale"]
+        scores = scores.masked_fill(~seen[:, :, None, :], float("-inf"))
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a row with no visible key -> zeros
+        out[t] = torch.einsum("thgk,thkd->thgd", probs, vv).reshape(len(t), num_q_heads, head_dim)
+    return out
+
+
+def _token_rows(case_kernel: str, args: dict):
+    """(request, kv_end) of each real query row; padded rows come after them and stay zero."""
+    device = args["q"].device
+    if case_kernel == "prefill":
+        cu = args["cu_seqlens_q"].long()
+        q_lens = cu[1:] - cu[:-1]
+        req = torch.repeat_interleave(torch.arange(len(q_lens), device=device), q_lens)
+        pos = args["prefix_lens"].long()[req] + torch.arange(len(req), device=device) - cu[:-1][req]
+        kv_end = torch.minimum(pos + 1, args["seq_lens"].long()[req])
+    else:
+        lens = args["seq_lens"].long()
+        if args.get("query_start_loc") is None:
+            qlen = args["decode_query_len"]
+            t = torch.arange(len(lens) * qlen, device=device)
+            req, j, q_len = t // qlen, t % qlen, qlen
+        else:
+            starts = args["query_start_loc"].long()
+            n = int(starts[-1])
+            req = args["token_to_req_indices"].long()[:n]
+            j = torch.arange(n, device=device) - starts[req]
+            q_len = (starts[1:] - starts[:-1])[req]
+        kv_end = torch.minimum(lens[req] - q_len + j + 1, lens[req])
+    return req, kv_end

@@ -47,3 +47,19 @@ def test_correlated_pattern_shares_blocks_between_neighbours():
         a, b = ids[:-1].sort(-1).values, ids[1:].sort(-1).values
         overlap[pattern] = sum(len(set(x.tolist()) & set(y.tolist())) for x, y in zip(a, b)) / len(a)
     assert overlap["correlated"] > 2 * overlap["random"]
+
+
+def test_batched_reference_matches_the_plain_one():
+    from codegen.reference import reference_batched
+
+    for case in [
+        cases.prefill_case(arch="sm90", q_lens=[7, 5], prefix_lens=[600, 1000], num_q_heads=8, num_kv_heads=2,
+                           head_dim=32, topk=4, scale_mode="per_token_head", seed=3),
+        cases.decode_case(arch="gfx942", seq_lens=[300, 1000, 5, 0], varlen_q_lens=[2, 0, 1, 0], num_q_heads=8,
+                          num_kv_heads=2, head_dim=32, topk=4, padded_rows=2, scale_mode="scalar", seed=1),
+        cases.decode_case(arch="sm90", seq_lens=[300, 1000], decode_query_len=3, num_q_heads=16, num_kv_heads=1,
+                          head_dim=32, topk=4, padded_rows=2, kv_dtype="bf16", scale_mode="none", seed=1),
+    ]:
+        plain = cases.run_reference(case)
+        batched = reference_batched(case.kernel, case.args, dtype=torch.float64, chunk_tokens=3)
+        assert torch.allclose(plain, batched, rtol=0, atol=1e-12)
