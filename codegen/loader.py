@@ -1,8 +1,25 @@
-"""Picks the launch config for a call: a tuned entry from tuned_configs/, else the arch default."""
+"""Picks the launch config for a call: a tuned entry from tuned_configs/, else the arch default.
+
+Lookup order for (kernel, arch, device, scale mode, KV dtype, head layout, token count):
+  1. the file for (arch, normalized device) in $MSA_TUNE_CONFIG_DIR, if set and present, else in
+     the repo's tuned_configs/;
+  2. in its table for (kernel, scale mode, KV dtype, head layout): the exact token bucket, else the
+     nearest bucket in log2 space (ties go to the smaller bucket);
+  3. else the arch default (codegen.configs.default_config).
+Files are read once (cached by path and mtime). A broken file, one for another arch or device, or
+a stale one (other template inputs or Triton version) gives one warning; broken and mismatched
+files are ignored, stale ones still serve (their configs are valid launches, maybe not the best).
+"""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import os
+import pathlib
+import warnings
 
+from . import tuned_store
 from .configs import LaunchConfig, default_config
 
 
@@ -10,12 +27,101 @@ from .configs import LaunchConfig, default_config
 class ConfigChoice:
     config: LaunchConfig
     is_tuned: bool
-    source: str  # "tuned:exact", "tuned:nearest", "default" or "explicit"
-    reason: str  # why this one (e.g. why no tuned entry applied)
+    source: str  # "tuned:exact", "tuned:nearest", "default"
+    reason: str  # why this one: the file and bucket used, or why no tuned entry applied
+    bucket: int | None = None
+    path: str | None = None
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(path, message: str) -> None:
+    key = (str(path), message)
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(f"msa-tune: {path}: {message}", RuntimeWarning, stacklevel=4)
+
+
+def config_dirs() -> list[pathlib.Path]:
+    dirs = []
+    override = os.environ.get(tuned_store.CONFIG_DIR_ENV)
+    if override:
+        dirs.append(pathlib.Path(override))
+    dirs.append(tuned_store.REPO_CONFIG_DIR)
+    return dirs
+
+
+@functools.lru_cache(maxsize=64)
+def _load(path: str, mtime_ns: int) -> dict | None:
+    try:
+        return tuned_store.read_document(pathlib.Path(path))
+    except (OSError, ValueError) as exc:  # json.JSONDecodeError and SchemaError are ValueErrors
+        _warn_once(path, f"ignored, broken tuned-config file ({exc})")
+        return None
+
+
+def _document_for(arch: str, device_name: str) -> tuple[pathlib.Path | None, dict | None, str]:
+    name = tuned_store.file_name(arch, device_name)
+    for folder in config_dirs():
+        path = folder / name
+        if path.is_file():
+            doc = _load(str(path), path.stat().st_mtime_ns)
+            if doc is None:
+                return path, None, f"{path} is broken"
+            expected = tuned_store.normalize_device_name(device_name)
+            if doc["arch"] != arch or doc["device"] != expected:
+                _warn_once(path, f"ignored, written for {doc['arch']}/{doc['device']}, not {arch}/{expected}")
+                return path, None, f"{path} is for another device"
+            return path, doc, ""
+    return None, None, f"no tuned-config file {name} in {', '.join(str(d) for d in config_dirs())}"
+
+
+def current_inputs_sha256(arch: str, kernel: str, scale_mode: str) -> str:
+    """The template-input hash of the generated modules one kernel family launches."""
+    from .api import load_module
+
+    parts = ["prefill"] if kernel == "prefill" else ["decode_split", "decode_merge"]
+    return "+".join(load_module(arch, part, scale_mode).INPUTS_SHA256[:16] for part in parts)
+
+
+def _check_stale(path, table: dict, arch: str, kernel: str, scale_mode: str) -> None:
+    import triton
+
+    prov = table["provenance"]
+    if prov["inputs_sha256"] != current_inputs_sha256(arch, kernel, scale_mode):
+        _warn_once(path, f"stale: {kernel}/{scale_mode} was tuned for other template inputs; re-run tune.py")
+    if prov["triton"] != triton.__version__:
+        _warn_once(path, f"stale: tuned with triton {prov['triton']}, running {triton.__version__}; re-run tune.py")
+
+
+def nearest_bucket(buckets, num_tokens: int) -> int:
+    """The bucket closest to num_tokens in log2 space; ties go to the smaller bucket."""
+    target = math.log2(max(num_tokens, 1))
+    return min(buckets, key=lambda b: (abs(math.log2(b) - target), b))
 
 
 def get_config(kernel: str, arch: str, device_name: str, scale_mode: str, kv_dtype: str,
                num_q_heads: int, num_kv_heads: int, num_tokens: int, topk: int = 16) -> ConfigChoice:
-    """The launch config for one call shape and how it was chosen."""
-    config = default_config(arch, kernel, num_tokens=num_tokens, num_kv_heads=num_kv_heads, topk=topk)
-    return ConfigChoice(config, False, "default", f"no tuned configs for {arch}/{device_name}")
+    """The launch config for one call shape and how it was chosen (see the module docstring)."""
+    default = default_config(arch, kernel, num_tokens=num_tokens, num_kv_heads=num_kv_heads, topk=topk)
+    path, doc, why = _document_for(arch, device_name)
+    if doc is None:
+        return ConfigChoice(default, False, "default", why)
+    key = tuned_store.table_key(kernel, scale_mode, kv_dtype, num_q_heads, num_kv_heads)
+    table = doc["tables"].get(key)
+    if table is None:
+        return ConfigChoice(default, False, "default", f"{path} has no table {key}", path=str(path))
+    if not table["provenance"]["measured"]:
+        return ConfigChoice(default, False, "default", f"{path} table {key} holds unmeasured defaults",
+                            path=str(path))
+    _check_stale(path, table, arch, kernel, scale_mode)
+    buckets = {int(b): entry for b, entry in table["buckets"].items()}
+    exact = num_tokens in buckets
+    bucket = num_tokens if exact else nearest_bucket(buckets, num_tokens)
+    config = LaunchConfig.from_dict(buckets[bucket]["config"])
+    if config.num_splits > topk:  # a bucket tuned for topk 16 used with a smaller topk
+        return ConfigChoice(default, False, "default", f"{path} {key} bucket {bucket}: num_splits > topk={topk}",
+                            path=str(path))
+    source = "tuned:exact" if exact else "tuned:nearest"
+    return ConfigChoice(config, True, source, f"{path} {key} bucket {bucket}", bucket=bucket, path=str(path))

@@ -1,0 +1,177 @@
+"""tuned_configs/*.json: naming, schema validation and atomic writes.
+
+One file per (arch, normalized device name): ``tuned_configs/<arch>__<DEVICE>.json``. Inside, one
+table per (kernel, scale mode, KV dtype, head layout) maps a token-count bucket to a launch config,
+with the provenance of the run that measured it. The schema is documented in
+docs/tuned-configs.md and checked by `validate_document` on every load and before every write.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import re
+import tempfile
+
+from .configs import LaunchConfig, validate_config
+from .variants import ARCHS, SCALE_MODES, TUNABLE_KERNELS
+
+SCHEMA = "msa-tune/tuned-configs"
+SCHEMA_VERSION = 1
+KV_DTYPES = ("fp8", "bf16", "fp16")
+REPO_CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "tuned_configs"
+CONFIG_DIR_ENV = "MSA_TUNE_CONFIG_DIR"
+
+_PROVENANCE_KEYS = ("measured", "gpu_name", "arch", "triton", "torch", "cuda", "hip", "inputs_sha256", "date",
+                    "command")
+# A table's buckets are merged only across runs that agree on these.
+_SOURCE_KEYS = ("measured", "gpu_name", "triton", "inputs_sha256")
+_BUCKET_KEYS = ("config", "is_default", "default_us", "tuned_us", "trials", "failures")
+
+
+class SchemaError(ValueError):
+    """A tuned-config document that does not follow the schema."""
+
+
+def normalize_device_name(name: str) -> str:
+    """One key per GPU model, whatever the board variant: all H200 variants -> NVIDIA_H200.
+
+    Rule: NVIDIA names keep the vendor and the model token (letter + digits, e.g. H200, H100, A100,
+    B200): 'NVIDIA H200 NVL', 'NVIDIA H200 141GB HBM3e' -> 'NVIDIA_H200'; 'NVIDIA H100 80GB HBM3'
+    -> 'NVIDIA_H100'. AMD Instinct names keep the MI model ('AMD Instinct MI300X VF' ->
+    'AMD_MI300X'). Anything else: runs of characters outside [A-Za-z0-9] become '_'.
+    """
+    text = name.strip()
+    nvidia = re.search(r"\b([A-Z]{1,2}\d{2,4})\b", text)
+    if re.match(r"(?i)^nvidia\b", text) and nvidia:
+        return f"NVIDIA_{nvidia.group(1)}"
+    amd = re.search(r"\b(MI\d{3}[A-Z]?)\b", text)
+    if amd and re.search(r"(?i)\b(amd|instinct)\b", text):
+        return f"AMD_{amd.group(1)}"
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_") or "UNKNOWN"
+
+
+def file_name(arch: str, device: str) -> str:
+    return f"{arch}__{normalize_device_name(device)}.json"
+
+
+def table_key(kernel: str, scale_mode: str, kv_dtype: str, num_q_heads: int, num_kv_heads: int) -> str:
+    return f"{kernel}/{scale_mode}/{kv_dtype}/{num_q_heads}x{num_kv_heads}"
+
+
+def parse_table_key(key: str) -> tuple[str, str, str, int, int]:
+    match = re.fullmatch(r"([a-z_]+)/([a-z_]+)/([a-z0-9]+)/(\d+)x(\d+)", key)
+    if not match:
+        raise SchemaError(f"table key {key!r}: expected kernel/scale_mode/kv_dtype/<q heads>x<kv heads>")
+    kernel, mode, kv_dtype, hq, hkv = match.groups()
+    if kernel not in TUNABLE_KERNELS or mode not in SCALE_MODES or kv_dtype not in KV_DTYPES:
+        raise SchemaError(f"table key {key!r}: unknown kernel, scale mode or kv dtype")
+    return kernel, mode, kv_dtype, int(hq), int(hkv)
+
+
+def _require(obj, key, kind, where):
+    if key not in obj:
+        raise SchemaError(f"{where}: missing key {key!r}")
+    if kind is not None and not isinstance(obj[key], kind):
+        raise SchemaError(f"{where}.{key}: expected {getattr(kind, '__name__', kind)}, got {type(obj[key]).__name__}")
+    return obj[key]
+
+
+def validate_document(doc) -> dict:
+    """Checks a parsed document against the schema; returns it, or raises SchemaError naming the spot."""
+    if not isinstance(doc, dict):
+        raise SchemaError("document: expected a JSON object")
+    if doc.get("schema") != SCHEMA or doc.get("schema_version") != SCHEMA_VERSION:
+        raise SchemaError(f"document: expected schema {SCHEMA!r} version {SCHEMA_VERSION}, "
+                          f"got {doc.get('schema')!r} version {doc.get('schema_version')!r}")
+    arch = _require(doc, "arch", str, "document")
+    if arch not in ARCHS:
+        raise SchemaError(f"document.arch: expected one of {sorted(ARCHS)}, got {arch!r}")
+    device = _require(doc, "device", str, "document")
+    if device != normalize_device_name(device):
+        raise SchemaError(f"document.device: {device!r} is not a normalized device name")
+    tables = _require(doc, "tables", dict, "document")
+    for key, table in tables.items():
+        where = f"tables[{key!r}]"
+        kernel, *_ = parse_table_key(key)
+        prov = _require(table, "provenance", dict, where)
+        for pkey in _PROVENANCE_KEYS:
+            _require(prov, pkey, None, f"{where}.provenance")
+        if not isinstance(prov["measured"], bool):
+            raise SchemaError(f"{where}.provenance.measured: expected a bool")
+        if prov["arch"] != arch:
+            raise SchemaError(f"{where}.provenance.arch: {prov['arch']!r} in a file for {arch!r}")
+        buckets = _require(table, "buckets", dict, where)
+        if not buckets:
+            raise SchemaError(f"{where}.buckets: expected at least one bucket")
+        for bucket, entry in buckets.items():
+            bwhere = f"{where}.buckets[{bucket!r}]"
+            if not bucket.isdigit() or int(bucket) < 1:
+                raise SchemaError(f"{bwhere}: bucket keys are token counts >= 1")
+            for bkey in _BUCKET_KEYS:
+                _require(entry, bkey, None, bwhere)
+            try:
+                config = LaunchConfig.from_dict(entry["config"], what=f"{bwhere}.config")
+                validate_config(config, arch=arch, kernel=kernel)
+            except (TypeError, ValueError) as exc:
+                raise SchemaError(str(exc)) from None
+    return doc
+
+
+def new_document(arch: str, device: str) -> dict:
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "arch": arch,
+            "device": normalize_device_name(device), "tables": {}}
+
+
+def read_document(path: pathlib.Path) -> dict:
+    with open(path) as f:
+        return validate_document(json.load(f))
+
+
+def write_document(path: pathlib.Path, doc: dict) -> None:
+    """Validates, then writes atomically: a temporary file in the same folder, fsync, rename."""
+    validate_document(doc)
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def locked(path: pathlib.Path):
+    """An exclusive advisory lock beside `path`, so concurrent tuners merge instead of clobbering."""
+    import fcntl
+
+    lock_path = pathlib.Path(path).with_name(pathlib.Path(path).name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def update_table(path: pathlib.Path, arch: str, device: str, key: str, provenance: dict, buckets: dict) -> dict:
+    """Merges `buckets` into table `key` of the file at `path` (created if absent), under a lock."""
+    with locked(path):
+        doc = read_document(path) if pathlib.Path(path).exists() else new_document(arch, device)
+        table = doc["tables"].get(key)
+        same_source = table is not None and all(table["provenance"].get(k) == provenance.get(k) for k in _SOURCE_KEYS)
+        if not same_source:  # measured with other kernels, Triton or GPU: its buckets are not comparable
+            table = doc["tables"][key] = {"provenance": provenance, "buckets": {}}
+        table["provenance"] = provenance
+        table["buckets"].update(buckets)
+        write_document(path, doc)
+    return doc
