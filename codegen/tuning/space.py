@@ -1,0 +1,87 @@
+"""Search spaces: which launch parameters a study varies, per kernel and arch."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+
+from ..configs import LaunchConfig, default_config, validate_config
+from ..variants import get_arch
+
+# Choices per parameter. Order matters only for readability of the study.
+_COMMON = {"block_n": (32, 64, 128), "num_warps": (4, 8), "num_stages": (1, 2, 3)}
+_PREFILL = {"block_t": (1, 2, 4, 8)}
+_DECODE = {"num_splits": (1, 2, 4, 8, 16), "num_warps": (2, 4, 8), "merge_num_warps": (1, 2, 4)}
+_AMD = {"waves_per_eu": (0, 1, 2, 4), "matrix_instr_nonkdim": (16, 32), "kpack": (1, 2)}
+
+
+def choices(arch: str, kernel: str, topk: int = 16) -> dict[str, tuple]:
+    space = dict(_COMMON)
+    space.update(_PREFILL if kernel == "prefill" else _DECODE)
+    if kernel == "decode":
+        space["num_splits"] = tuple(s for s in space["num_splits"] if s <= topk)
+    if get_arch(arch).amd_knobs:
+        space.update(_AMD)
+    return space
+
+
+def normalize(config: LaunchConfig) -> LaunchConfig:
+    """Parameters that do nothing in this config take their defaults, so equal launches compare equal."""
+    if config.num_splits == 1:
+        config = dataclasses.replace(config, merge_num_warps=LaunchConfig.merge_num_warps)
+    return config
+
+
+def config_key(config: LaunchConfig) -> str:
+    return json.dumps(normalize(config).to_dict(), sort_keys=True)
+
+
+def plausible(config: LaunchConfig, *, num_q_heads: int, num_kv_heads: int) -> bool:
+    """Cheap filter before anything compiles: at most 128 rows per tile."""
+    gqa = num_q_heads // num_kv_heads
+    rows = config.block_t * (1 << max(gqa - 1, 0).bit_length())
+    return rows <= 128
+
+
+def enumerate_space(arch: str, kernel: str, *, num_q_heads: int, num_kv_heads: int, topk: int = 16) -> list[LaunchConfig]:
+    """Every distinct plausible config of the space (for exhaustive search and for tests)."""
+    space = choices(arch, kernel, topk)
+    names = list(space)
+    seen, configs = set(), []
+    for values in itertools.product(*(space[n] for n in names)):
+        config = normalize(LaunchConfig(**dict(zip(names, values))))
+        key = config_key(config)
+        if key in seen or not plausible(config, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads):
+            continue
+        validate_config(config, arch=arch, kernel=kernel, topk=topk)
+        seen.add(key)
+        configs.append(config)
+    return configs
+
+
+def suggest(trial, arch: str, kernel: str, topk: int = 16) -> LaunchConfig:
+    """Define-by-run sampling for Optuna; merge_num_warps is asked only when there is a merge."""
+    space = choices(arch, kernel, topk)
+    values = {}
+    for name, options in space.items():
+        if name == "merge_num_warps" and values.get("num_splits", 1) == 1:
+            continue
+        values[name] = trial.suggest_categorical(name, list(options))
+    return normalize(LaunchConfig(**values))
+
+
+def params_of(config: LaunchConfig, arch: str, kernel: str, topk: int = 16) -> dict:
+    """The Optuna params that make `suggest` return `config` (for enqueue_trial)."""
+    config = normalize(config)
+    space = choices(arch, kernel, topk)
+    params = {}
+    for name in space:
+        if name == "merge_num_warps" and config.num_splits == 1:
+            continue
+        params[name] = getattr(config, name)
+    return params
+
+
+def default_for(bucket) -> LaunchConfig:
+    return normalize(default_config(bucket.arch, bucket.kernel, num_tokens=bucket.tokens,
+                                    num_kv_heads=bucket.num_kv_heads, topk=bucket.topk))

@@ -1,0 +1,152 @@
+"""Runs inside a trial worker process: build a bucket's inputs once, then check and time configs.
+
+Every trial: the output is poisoned (NaN), the config runs on an accuracy input set separate from
+the timing sets, and must match the reference within codegen.accuracy's gate; then it is timed as
+the benchmark times (one CUDA graph of several calls cycling over rotating input sets, replay
+time / calls, median). Under the interpreter (CPU tests) the timing is a wall clock over one call:
+meaningless as a speed, kept only so the pipeline runs end to end.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from ..accuracy import compare
+from ..cases import run_kernel
+from ..configs import LaunchConfig
+from ..reference import reference_batched
+from .buckets import Bucket
+
+_inputs: dict = {}  # bucket -> (timing sets, accuracy case, reference); one bucket kept at a time
+
+
+def _device(interpret: bool) -> tuple[str, torch.dtype]:
+    # The interpreter gets bf16 arithmetic wrong (triton#11584): fp32 queries there.
+    return ("cpu", torch.float32) if interpret else ("cuda", torch.bfloat16)
+
+
+def bucket_inputs(bucket: Bucket, interpret: bool, accuracy_seed: int = 1000):
+    key = (bucket, interpret, accuracy_seed)
+    if key not in _inputs:
+        _inputs.clear()
+        if not interpret:
+            torch.cuda.empty_cache()
+        device, q_dtype = _device(interpret)
+        first = bucket.build_case(seed=0, device=device, q_dtype=q_dtype)
+        if interpret:
+            sets = [first]
+        else:
+            from ..timing import L2_BYTES_H200
+            from ..workload import min_bytes
+
+            l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", L2_BYTES_H200)
+            n_sets = max(2, min(20, math.ceil(4 * l2 / max(min_bytes(first), 1))))
+            sets = [first] + [bucket.build_case(seed=s, device=device, q_dtype=q_dtype) for s in range(1, n_sets)]
+        accuracy = bucket.build_case(seed=accuracy_seed, device=device, q_dtype=q_dtype)
+        ref = reference_batched(accuracy.kernel, accuracy.args, dtype=torch.float64 if interpret else torch.float32)
+        _inputs[key] = (sets, accuracy, ref)
+    return _inputs[key]
+
+
+def _classify(exc: BaseException) -> tuple[str, bool]:
+    """(failure kind, whether the process must be restarted)."""
+    name = type(exc).__name__
+    text = str(exc)
+    if name == "OutOfResources" or "out of resource" in text.lower():
+        return "out_of_resources", False
+    if name in ("CompilationError", "CompileTimeAssertionFailure") or "PassManager::run failed" in text:
+        return "compile_error", False
+    if "illegal memory access" in text or "CUDA error" in text or "device-side assert" in text:
+        return "crash", True  # the CUDA context is unusable after this
+    return "error", False
+
+
+def _time_interpreted(call) -> dict:
+    start = time.perf_counter()
+    call()
+    elapsed = (time.perf_counter() - start) * 1e6
+    return dict(time_us=elapsed, p10_us=elapsed, p90_us=elapsed, calls=1, replays=1)
+
+
+def _time_on_gpu(sets, config) -> dict:
+    from ..timing import graph_time
+
+    # Estimate one call, then size the graph: ~20 calls for short kernels (launch latency amortized),
+    # fewer for long ones; enough replays for a stable median without wasting the lease.
+    run_kernel(sets[0], config=config)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run_kernel(sets[1 % len(sets)], config=config)
+    end.record()
+    end.synchronize()
+    estimate_us = max(start.elapsed_time(end) * 1e3, 1.0)
+    calls = max(len(sets), min(20, math.ceil(4000 / estimate_us)))
+    calls = max(2, min(calls, 20))
+    replays = max(5, min(25, math.ceil(60_000 / (calls * estimate_us))))
+    timing = graph_time([lambda c=sets[i % len(sets)]: run_kernel(c, config=config) for i in range(calls)],
+                        replays=replays, warmup_replays=2)
+    return dict(time_us=timing.median_us, p10_us=timing.p10_us, p90_us=timing.p90_us, calls=calls, replays=replays)
+
+
+def run_trial(request: dict) -> dict:
+    """One trial: {"bucket": Bucket fields, "config": LaunchConfig fields, "interpret": bool,
+    "check": bool} -> {"ok": True, "time_us": ...} or {"ok": False, "kind": ..., "message": ...}."""
+    bucket = Bucket(**request["bucket"])
+    config = LaunchConfig.from_dict(request["config"])
+    interpret = request.get("interpret", False)
+    try:
+        sets, accuracy, ref = bucket_inputs(bucket, interpret)
+        result = {}
+        if request.get("check", True):
+            accuracy.poison()
+            out = run_kernel(accuracy, arch=bucket.arch if interpret else None, config=config)
+            if not interpret:
+                torch.cuda.synchronize()
+            verdict = compare(out, ref, accuracy.args["q"].dtype)
+            result.update(rel_l2=verdict.rel_l2, max_abs=verdict.max_abs)
+            if not verdict.ok:
+                return dict(ok=False, kind="wrong_result", message=str(verdict), **result)
+        if interpret:
+            result.update(_time_interpreted(lambda: run_kernel(sets[0], arch=bucket.arch, config=config)))
+        else:
+            result.update(_time_on_gpu(sets, config))
+        return dict(ok=True, **result)
+    except Exception as exc:  # noqa: BLE001 - every failure is a recorded trial outcome
+        kind, fatal = _classify(exc)
+        return dict(ok=False, kind=kind, message=f"{type(exc).__name__}: {exc}"[:2000], fatal=fatal)
+
+
+_first_sets: dict = {}  # bucket -> its first timing input set, for precompiling
+
+
+def static_problems(bucket: Bucket, config: LaunchConfig) -> list[str]:
+    """The ahead-of-time resource check of codegen.static for this launch (empty: it fits)."""
+    from ..static import check_launch
+
+    reports = check_launch(bucket.arch, bucket.kernel, bucket.scale_mode, bucket.kv_dtype, bucket.num_q_heads,
+                           bucket.num_kv_heads, config, head_dim=bucket.head_dim, topk=bucket.topk)
+    return [f"{r.variant}: {p}" for r in reports for p in r.problems]
+
+
+def prepare(request: dict) -> list[str]:
+    """Runs in a preparer process: static check, then (GPU) a compile and one run on the bucket's
+    first input set, filling Triton's disk cache so the trial worker only loads the binary. Returns
+    the static problems; compile and run failures are left for the isolated trial to record."""
+    bucket = Bucket(**request["bucket"])
+    config = LaunchConfig.from_dict(request["config"])
+    if request.get("static"):
+        problems = static_problems(bucket, config)
+        if problems:
+            return problems
+    if request.get("precompile") and not request.get("interpret"):
+        try:
+            if bucket not in _first_sets:
+                _first_sets.clear()
+                _first_sets[bucket] = bucket.build_case(seed=0, device="cuda", q_dtype=torch.bfloat16)
+            run_kernel(_first_sets[bucket], config=config)
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - the trial worker reproduces and records it
+            pass
+    return []

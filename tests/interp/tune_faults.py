@@ -1,0 +1,43 @@
+"""Trial runners for the tuner tests: the real trial, with chosen configs made to misbehave.
+
+Imported by the spawned trial workers (pytest puts this folder on sys.path, which spawn inherits).
+The config field that selects the fault is block_n, so every fault is one point of the space.
+"""
+import os
+import time
+
+from codegen.tuning import trial
+
+
+def faulty(request: dict) -> dict:
+    c = request["config"]
+    if (c["block_n"], c["num_warps"], c["num_stages"]) == (32, 8, 1):
+        raise RuntimeError("injected: this config raises")
+    if (c["block_n"], c["num_warps"], c["num_stages"]) == (32, 8, 2):
+        time.sleep(3600)  # hangs: the orchestrator's timeout must end it
+    if (c["block_n"], c["num_warps"]) == (128, 8):
+        os._exit(3)  # the process dies (as after an illegal address)
+    if (c["block_n"], c["num_warps"]) == (128, 4):
+        return _garbage(request)
+    return trial.run_trial(request)
+
+
+def _garbage(request: dict) -> dict:
+    """The real trial, but the kernel's output is overwritten with plausible nonsense."""
+    original = trial.run_kernel
+
+    def wrong(case, **kw):
+        out = original(case, **kw)
+        return out.mul_(0.5)
+
+    trial.run_kernel = wrong
+    try:
+        return trial.run_trial(request)
+    finally:
+        trial.run_kernel = original
+
+
+def slow(request: dict) -> dict:
+    """The real trial plus a delay, so a test can kill the tuner mid-study."""
+    time.sleep(float(os.environ.get("TUNE_TEST_DELAY", "0.3")))
+    return trial.run_trial(request)
