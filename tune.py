@@ -61,7 +61,39 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds between trial heartbeats; a trial silent for 3 beats is failed and retried")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--list", action="store_true", help="print the buckets and the output file, then exit")
+    p.add_argument("--write-defaults", metavar="DEVICE_NAME", default=None,
+                   help="no GPU needed: write the arch defaults for DEVICE_NAME (with --arch) as an unmeasured "
+                        "file, e.g. for a GPU nobody could tune on yet")
     return p
+
+
+def _write_defaults(args, grid_fn) -> int:
+    """An unmeasured tuned-config file: every table and bucket holds the arch default, and its
+    provenance says so (the loader then reports is_tuned=False)."""
+    import torch
+    import triton
+
+    from codegen import tuned_store
+    from codegen.loader import current_inputs_sha256
+    from codegen.tuning.space import default_for
+
+    if args.arch not in ("sm90", "gfx942"):
+        raise SystemExit("msa-tune: --write-defaults needs --arch sm90 or --arch gfx942")
+    out_path = (args.out or tuned_store.REPO_CONFIG_DIR) / tuned_store.file_name(args.arch, args.write_defaults)
+    doc = tuned_store.new_document(args.arch, args.write_defaults)
+    for b in grid_fn(args.arch, tuned_store.normalize_device_name(args.write_defaults)):
+        table = doc["tables"].setdefault(b.table_key, {"provenance": dict(
+            measured=False, gpu_name=args.write_defaults, arch=args.arch, triton=triton.__version__,
+            torch=torch.__version__, cuda=None, hip=None,
+            inputs_sha256=current_inputs_sha256(args.arch, b.kernel, b.scale_mode),
+            date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+            command="msa-tune " + " ".join(sys.argv[1:]),
+            note="not measured: no such GPU was available; every bucket holds the arch default"), "buckets": {}})
+        table["buckets"][str(b.tokens)] = dict(config=default_for(b).to_dict(), is_default=True, default_us=None,
+                                               tuned_us=None, trials=0, failures=0)
+    tuned_store.write_document(out_path, doc)
+    print(f"msa-tune: wrote unmeasured defaults to {out_path}")
+    return 0
 
 
 def _device(args) -> tuple[str, str, dict]:
@@ -96,18 +128,23 @@ def main(argv=None) -> int:
     from codegen.tuning.study import BucketResult, Preparer, TuneSettings, tune_bucket
     from codegen.tuning.worker import DEFAULT_RUNNER, TrialWorker
 
-    try:
+    def grid_for(arch, device):
         kernels = [k for k in args.kernels.split(",") if k]
         if not kernels or any(k not in ("prefill", "decode") for k in kernels):
             raise ValueError(f"--kernels: expected a comma list of prefill, decode; got {args.kernels!r}")
-        arch, device_name, versions = _device(args)
-        device = tuned_store.normalize_device_name(device_name)
         grid = B.grid(arch=arch, device=device, kernels=kernels, modes=B.parse_modes(args.modes),
                       layouts=[x for x in args.layouts.split(",") if x],
                       decode_buckets=B.parse_ints(args.decode_buckets, "--decode-buckets"),
                       prefill_buckets=B.parse_ints(args.prefill_buckets, "--prefill-buckets"),
                       decode_context=args.decode_context, prefill_prefix=args.prefill_prefix, pattern=args.pattern)
-        grid = [dataclasses.replace(b, head_dim=args.head_dim, topk=args.topk) for b in grid]
+        return [dataclasses.replace(b, head_dim=args.head_dim, topk=args.topk) for b in grid]
+
+    if args.write_defaults:
+        return _write_defaults(args, grid_for)
+    try:
+        arch, device_name, versions = _device(args)
+        device = tuned_store.normalize_device_name(device_name)
+        grid = grid_for(arch, device)
         candidates = None
         if args.candidates:
             from codegen.configs import LaunchConfig

@@ -137,6 +137,7 @@ def write_document(path: pathlib.Path, doc: dict) -> None:
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp creates 0600; the file is meant to be shared and committed
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

@@ -1,0 +1,127 @@
+"""The runtime loader: exact, nearest, default, stale, broken and wrong-device files."""
+import json
+import warnings
+
+import pytest
+import triton
+
+from codegen import LaunchConfig, get_config, loader, tuned_store
+
+
+def _prov(**change):
+    prov = dict(measured=True, gpu_name="NVIDIA H200", arch="sm90", triton=triton.__version__, torch="x",
+                cuda="x", hip=None, inputs_sha256=loader.current_inputs_sha256("sm90", "decode", "scalar"),
+                date="2026-11-29", command="msa-tune")
+    prov.update(change)
+    return prov
+
+
+def _write(folder, doc):
+    path = folder / tuned_store.file_name(doc["arch"], doc["device"])
+    tuned_store.write_document(path, doc)
+    return path
+
+
+def _doc(prov=None, buckets=(1, 16)):
+    doc = tuned_store.new_document("sm90", "NVIDIA H200")
+    doc["tables"]["decode/scalar/fp8/16x1"] = {
+        "provenance": prov or _prov(),
+        "buckets": {str(b): dict(config=LaunchConfig(block_n=128, num_splits=b % 8 + 1).to_dict(), is_default=False,
+                                 default_us=10.0, tuned_us=8.0, trials=5, failures=0) for b in buckets},
+    }
+    return doc
+
+
+@pytest.fixture
+def config_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(tuned_store.CONFIG_DIR_ENV, str(tmp_path))
+    loader._load.cache_clear()
+    loader._warned.clear()
+    return tmp_path
+
+
+def _get(tokens, device="NVIDIA H200 NVL", mode="scalar"):
+    return get_config("decode", "sm90", device, mode, "fp8", 16, 1, tokens)
+
+
+def test_exact_bucket(config_dir):
+    _write(config_dir, _doc())
+    choice = _get(16)
+    assert choice.is_tuned and choice.source == "tuned:exact" and choice.bucket == 16
+    assert choice.config == LaunchConfig(block_n=128, num_splits=1 + 16 % 8)
+
+
+def test_nearest_bucket_in_log2_space(config_dir):
+    _write(config_dir, _doc())
+    assert _get(3).bucket == 1  # log2 3 = 1.58 is nearer 0 than 4
+    assert _get(5).bucket == 16  # 2.32 is nearer 4 than 0
+    assert _get(4).bucket == 1  # a tie goes to the smaller bucket
+    assert _get(1000).source == "tuned:nearest"
+
+
+def test_default_when_no_table_or_no_file(config_dir):
+    _write(config_dir, _doc())
+    choice = _get(16, mode="per_token_head")
+    assert not choice.is_tuned and choice.source == "default" and "has no table" in choice.reason
+    choice = _get(16, device="NVIDIA H100 80GB HBM3")
+    assert not choice.is_tuned and "no tuned-config file sm90__NVIDIA_H100.json" in choice.reason
+
+
+def test_stale_file_warns_once_and_still_serves(config_dir):
+    _write(config_dir, _doc(_prov(triton="0.0.1", inputs_sha256="old")))
+    with pytest.warns(RuntimeWarning, match="stale") as record:
+        choice = _get(16)
+        _get(1)
+    assert choice.is_tuned
+    assert len([w for w in record if "triton 0.0.1" in str(w.message)]) == 1
+
+
+def test_broken_file_warns_and_falls_back(config_dir):
+    (config_dir / "sm90__NVIDIA_H200.json").write_text("{ not json")
+    with pytest.warns(RuntimeWarning, match="broken"):
+        choice = _get(16)
+    assert not choice.is_tuned and choice.source == "default"
+
+
+def test_schema_violation_is_broken(config_dir):
+    doc = _doc()
+    doc["tables"]["decode/scalar/fp8/16x1"]["buckets"]["16"]["config"]["blok_n"] = 64
+    (config_dir / "sm90__NVIDIA_H200.json").write_text(json.dumps(doc))
+    with pytest.warns(RuntimeWarning, match="unknown key"):
+        assert not _get(16).is_tuned
+
+
+def test_file_for_another_device_is_ignored(config_dir):
+    doc = _doc()
+    doc["device"] = "NVIDIA_H100"
+    (config_dir / "sm90__NVIDIA_H200.json").write_text(json.dumps(doc))
+    with pytest.warns(RuntimeWarning, match="another|not sm90/NVIDIA_H200"):
+        choice = _get(16)
+    assert not choice.is_tuned
+
+
+def test_unmeasured_tables_are_not_tuned(config_dir):
+    _write(config_dir, _doc(_prov(measured=False)))
+    choice = _get(16)
+    assert not choice.is_tuned and "unmeasured" in choice.reason
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    path = tmp_path / "sm90__NVIDIA_H200.json"
+    tuned_store.write_document(path, _doc())
+    before = path.read_text()
+    bad = _doc()
+    bad["tables"]["decode/scalar/fp8/16x1"]["buckets"]["1"]["config"] = {"num_warps": 3}
+    with pytest.raises(tuned_store.SchemaError):
+        tuned_store.write_document(path, bad)
+    assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_every_checked_in_file_validates():
+    files = sorted(tuned_store.REPO_CONFIG_DIR.glob("*.json"))
+    for path in files:
+        doc = tuned_store.read_document(path)
+        assert path.name == tuned_store.file_name(doc["arch"], doc["device"])
+        for key, table in doc["tables"].items():
+            if not table["provenance"]["measured"]:
+                assert "not measured" in table["provenance"].get("note", ""), f"{path} {key}"
