@@ -28,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -246,6 +247,8 @@ def _typical_int_args(launch: StaticLaunch) -> dict[str, int]:
     - per-token-head scales [Hkv, slots] transposed from [slots, Hkv] (stride_*s_h == 1);
     - num_reqs neither 1 nor a multiple of 16 (a generic batch); decode_query_len == 1 (plain
       decode; varlen launches pass 1 too); blocks_per_split = ceil(topk / num_splits).
+    tests/static checks the result against the JIT's own binder fed with codegen.cases inputs, and
+    benchmarks/compare_resources.py against the kernels the JIT loads on an H200.
     """
     hq, hkv, d, topk = launch.num_q_heads, launch.num_kv_heads, launch.head_dim, launch.topk
     return {
@@ -266,6 +269,8 @@ def _pointer_dtype(launch: StaticLaunch, arg: str) -> torch.dtype:
     """Element type of a pointer argument, by the naming convention of the generated modules."""
     if arg in ("q_ptr", "out_ptr"):
         return Q_DTYPES[launch.q_dtype]
+    if arg in ("part_o_ptr", "part_lse_ptr") and launch.kernel == "decode_split" and launch.config.num_splits == 1:
+        return Q_DTYPES[launch.q_dtype]  # one split: the launcher passes the (never written) output tensor
     if arg == "kv_ptr":
         return get_arch(launch.arch).fp8_dtype if launch.kv_dtype == "fp8" else _KV_TORCH[launch.kv_dtype]
     if arg in ("k_scale_ptr", "v_scale_ptr", "part_o_ptr", "part_lse_ptr"):
@@ -340,6 +345,33 @@ class CompileInputs:
     key: str
 
 
+@functools.lru_cache(maxsize=None)
+def _backend(arch: str):
+    from triton.compiler.compiler import make_backend
+
+    return make_backend(target_of(arch))
+
+
+def _resolved_options(arch: str, options: Mapping[str, Any]) -> dict:
+    """Every backend option after defaults and environment knobs (e.g. FP fusion) are applied.
+
+    Part of the cache key, so a changed default or knob recompiles; library paths are left out so
+    the key does not depend on where Triton is installed.
+    """
+    resolved = dataclasses.asdict(_backend(arch).parse_options(dict(options)))
+    resolved.pop("extern_libs", None)
+    return resolved
+
+
+def _cache_invalidating_env() -> dict:
+    """The TRITON_* environment variables that Triton itself treats as changing a compile."""
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+    except ImportError:  # pragma: no cover - older triton
+        return {}
+    return dict(get_cache_invalidating_env_vars())
+
+
 def _module_text_sha256(module) -> str:
     return hashlib.sha256(pathlib.Path(module.__file__).read_bytes()).hexdigest()
 
@@ -369,6 +401,8 @@ def compile_inputs(launch: StaticLaunch, options: Mapping[str, Any] | None = Non
         "constexprs": constexprs,
         "attrs": {str(list(k)): v for k, v in attrs.items()},
         "options": compile_options,
+        "resolved_options": _resolved_options(launch.arch, compile_options),
+        "env": _cache_invalidating_env(),
         "triton": triton.__version__,
     }
     key = hashlib.sha256(json.dumps(key_material, sort_keys=True, default=str).encode()).hexdigest()

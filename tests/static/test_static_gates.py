@@ -134,3 +134,81 @@ def test_tuned_configs_are_read_defensively(tmp_path):
     assert got == [("gfx942", "prefill", "16/1", 32, 1), ("sm90", "decode_merge", "8/1", 64, 4),
                    ("sm90", "decode_split", "8/1", 64, 4), ("sm90", "prefill", "64/4", 32, 1)]
     assert any("skipped" in str(w.message) for w in caught)
+
+
+# --- The ahead-of-time specialization equals what the JIT derives from real (serving-like) inputs ----
+
+class _RecordingKernel:
+    """Stands in for a generated module's kernel: records the arguments of `kernel[grid](...)`."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((args, kwargs))
+
+
+def _record_launch(monkeypatch, launch):
+    """Runs the generated module's own launcher on codegen.cases inputs; returns (args, kwargs) of `launch.kernel`."""
+    import torch
+
+    from codegen import cases
+    from codegen.api import load_module
+
+    common = dict(arch=launch.arch, num_q_heads=launch.num_q_heads, num_kv_heads=launch.num_kv_heads,
+                  kv_dtype=launch.kv_dtype, scale_mode=launch.scale_mode, q_dtype=torch.bfloat16)
+    recorders = {}
+    for kernel in ("prefill", "decode_split", "decode_merge"):
+        module = load_module(launch.arch, kernel, launch.scale_mode)
+        recorders[kernel] = _RecordingKernel()
+        monkeypatch.setattr(module, module.KERNEL.__name__, recorders[kernel])
+    cfg = launch.config
+    if launch.kernel == "prefill":
+        a = cases.prefill_case(q_lens=[40, 7, 130], prefix_lens=[1900, 0, 900], **common).args
+        load_module(launch.arch, "prefill", launch.scale_mode).launch(
+            a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["cu_seqlens_q"], a["seq_lens"], a["prefix_lens"],
+            a["max_query_len"], a["num_kv_heads"], a["sm_scale"], a["output"], a["k_scale"], a["v_scale"], cfg)
+    else:
+        a = cases.decode_case(seq_lens=[2000, 130, 1500, 1900], **common).args
+        parts = load_module(launch.arch, "decode_split", launch.scale_mode).launch(
+            a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["seq_lens"], a["num_kv_heads"], a["sm_scale"],
+            a["output"], a["decode_query_len"], a["k_scale"], a["v_scale"], a["query_start_loc"],
+            a["token_to_req_indices"], cfg, launch.use_pdl)
+        if parts is not None:
+            load_module(launch.arch, "decode_merge", launch.scale_mode).launch(
+                parts[0], parts[1], a["output"], a["num_kv_heads"], a["v_scale"], cfg, launch.use_pdl)
+    return recorders[launch.kernel].calls[0]
+
+
+SPECIALIZATION_PROBES = [
+    static.StaticLaunch(arch, kernel, mode, kv, hq, hkv, cfg, use_pdl=static.runtime_use_pdl(arch, kernel))
+    for arch, amd in (("sm90", {}), ("gfx942", {"waves_per_eu": 2, "matrix_instr_nonkdim": 16}))
+    for kernel, mode, kv, hq, hkv, cfg in (
+        ("prefill", "scalar", "fp8", 64, 4, LaunchConfig(block_t=4, **amd)),
+        ("prefill", "none", "bf16", 8, 1, LaunchConfig(**amd)),
+        ("decode_split", "per_token_head", "fp8", 64, 4, LaunchConfig(num_splits=1, **amd)),
+        ("decode_split", "scalar", "fp8", 16, 1, LaunchConfig(num_splits=4, **amd)),
+        ("decode_merge", "scalar", "fp8", 64, 4, LaunchConfig(num_splits=4, **amd)),
+    )
+]
+
+
+@pytest.mark.parametrize("launch", SPECIALIZATION_PROBES, ids=_ids(SPECIALIZATION_PROBES))
+def test_specialization_matches_the_jit(monkeypatch, launch):
+    jit = pytest.importorskip("triton.runtime.jit")
+    compiler = pytest.importorskip("triton.compiler.compiler")
+    if not hasattr(jit, "create_function_from_signature") or not hasattr(jit.JITFunction, "_pack_args"):
+        pytest.skip("this triton has no create_function_from_signature/_pack_args to compare with")
+    args, kwargs = _record_launch(monkeypatch, launch)
+    fn = static._jit_function(static.load_module(launch.arch, launch.kernel, launch.scale_mode).KERNEL)
+    backend = compiler.make_backend(static.target_of(launch.arch))
+    binder = jit.create_function_from_signature(fn.signature, fn.params, backend)
+    bound, specialization, options = binder(*args, **kwargs)
+    jit_options, signature, constexprs, attrs = fn._pack_args(backend, dict(kwargs), bound, specialization, options)
+
+    ours = static.compile_inputs(launch)
+    names = fn.arg_names
+    assert signature == ours.signature
+    assert {names[path[0]]: value for path, value in constexprs.items()} == ours.constexprs
+    assert {k: v for k, v in attrs.items() if v} == {k: v for k, v in ours.attrs.items() if v}
+    assert {k: getattr(jit_options, k) for k in ours.options} == ours.options
