@@ -500,7 +500,8 @@ def compile_figures(inputs: CompileInputs) -> dict:
     """Compiles `inputs` for its target and reads the resource figures (no cache involved).
 
     Triton's own compile cache is bypassed (always_compile) so that ptxas runs and its log, with
-    the spill bytes, is captured; the log and any failure dump are kept off stdout.
+    the spill bytes, is captured; the log and any failure dump are kept off stdout. Knobs and
+    stdout are process-wide: compile from several processes (as report_many does), not threads.
     """
     from triton import knobs
     from triton.compiler import ASTSource
