@@ -15,9 +15,17 @@ from .variants import Variant
 
 
 @functools.lru_cache(maxsize=None)
-def load_module(arch: str, kernel: str, scale_mode: str):
+def load_module(arch: str, kernel: str, scale_mode: str, fold_scales: bool = True):
     """The generated module of one variant (imported once)."""
-    return importlib.import_module(Variant(arch, kernel, scale_mode).module)
+    return importlib.import_module(Variant(arch, kernel, scale_mode, fold_scales).module)
+
+
+def _check_fold(fold_scales, scale_mode: str) -> None:
+    if not isinstance(fold_scales, bool):
+        raise TypeError(f"fold_scales: expected a bool, got {type(fold_scales).__name__}")
+    if not fold_scales and scale_mode != "scalar":
+        raise ValueError(f"fold_scales: False (the unfolded baseline) exists for scalar scales only, "
+                         f"these arguments are scale mode {scale_mode!r}")
 
 
 def _device_name(device: torch.device) -> str:
@@ -43,34 +51,39 @@ def _use_pdl(q: torch.Tensor) -> bool:
 
 
 def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
-                        num_kv_heads, sm_scale, output, k_scale=None, v_scale=None, *, arch=None, config=None):
-    """Block-sparse GQA prefill over the paged cache; writes and returns `output` ([total_q, Hq, D])."""
+                        num_kv_heads, sm_scale, output, k_scale=None, v_scale=None, *, arch=None, config=None,
+                        fold_scales=True):
+    """Block-sparse GQA prefill over the paged cache; writes and returns `output` ([total_q, Hq, D]).
+    fold_scales=False runs the seed's unfolded scalar-scale baseline (for benchmarks)."""
     num_reqs = validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
                                              output, k_scale, v_scale, num_reqs)
+    _check_fold(fold_scales, scale_mode)
     config = _resolve_config(config, kernel="prefill", arch=arch, scale_mode=scale_mode, q=q, kv_cache=kv_cache,
                              num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
-    module = load_module(arch, "prefill", scale_mode)
+    module = load_module(arch, "prefill", scale_mode, fold_scales)
     return module.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
                          num_kv_heads, sm_scale, output, k_scale, v_scale, config)
 
 
 def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
                        decode_query_len, k_scale=None, v_scale=None, query_start_loc=None, token_to_req_indices=None,
-                       *, arch=None, config=None):
+                       *, arch=None, config=None, fold_scales=True):
     """Block-sparse GQA decode (split-K + merge); writes and returns `output`. CUDA-graph safe:
-    the grid, split count and buffers depend only on shapes, and padded rows come out as zeros."""
+    the grid, split count and buffers depend only on shapes, and padded rows come out as zeros.
+    fold_scales=False runs the seed's unfolded scalar-scale baseline (for benchmarks)."""
     num_reqs = validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req_indices)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
                                              output, k_scale, v_scale, num_reqs)
+    _check_fold(fold_scales, scale_mode)
     config = _resolve_config(config, kernel="decode", arch=arch, scale_mode=scale_mode, q=q, kv_cache=kv_cache,
                              num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
     use_pdl = _use_pdl(q)
-    partials = load_module(arch, "decode_split", scale_mode).launch(
+    partials = load_module(arch, "decode_split", scale_mode, fold_scales).launch(
         q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output, decode_query_len,
         k_scale, v_scale, query_start_loc, token_to_req_indices, config, use_pdl)
     if partials is not None:
         part_o, part_lse = partials
-        load_module(arch, "decode_merge", scale_mode).launch(part_o, part_lse, output, num_kv_heads, v_scale, config,
-                                                             use_pdl)
+        load_module(arch, "decode_merge", scale_mode, fold_scales).launch(part_o, part_lse, output, num_kv_heads,
+                                                                          v_scale, config, use_pdl)
     return output

@@ -53,6 +53,7 @@ def template_params(variant: Variant) -> dict:
         "page_size": PAGE_SIZE,
         "use_pdl": spec.use_pdl,
         "amd_knobs": spec.amd_knobs,
+        "fold_scales": variant.fold_scales,
     }
 
 
@@ -78,7 +79,7 @@ def _header(variant: Variant, digest: str) -> str:
         "# GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.\n"
         f"# template: templates/{variant.template} (with templates/_attend.jinja)\n"
         f"# variant: {variant.name} (arch={variant.arch}, kernel={variant.kernel}, "
-        f"scale_mode={variant.scale_mode})\n"
+        f"scale_mode={variant.scale_mode}{'' if variant.fold_scales else ', unfolded baseline'})\n"
         f"# inputs-sha256: {digest}\n"
     )
 

@@ -64,6 +64,7 @@ class Variant:
     arch: str
     kernel: str
     scale_mode: str
+    fold_scales: bool = True  # False: the seed's unfolded scalar baseline (scales every K/V element)
 
     def __post_init__(self):
         get_arch(self.arch)
@@ -72,9 +73,13 @@ class Variant:
         if self.scale_mode not in SCALE_MODES:
             raise ValueError(f"scale_mode: expected one of {SCALE_MODES}, got {self.scale_mode!r}")
 
+        if not self.fold_scales and self.scale_mode != "scalar":
+            raise ValueError(f"fold_scales: only the scalar mode has an unfolded baseline, not {self.scale_mode!r}")
+
     @property
     def name(self) -> str:
-        return f"{self.arch}_{self.kernel}_{self.scale_mode}"
+        suffix = "" if self.fold_scales else "_unfolded"
+        return f"{self.arch}_{self.kernel}_{self.scale_mode}{suffix}"
 
     @property
     def module(self) -> str:
@@ -86,4 +91,5 @@ class Variant:
 
 
 def all_variants() -> list[Variant]:
-    return [Variant(a, k, m) for a in ARCHS for k in KERNELS for m in SCALE_MODES]
+    folded = [Variant(a, k, m) for a in ARCHS for k in KERNELS for m in SCALE_MODES]
+    return folded + [Variant(a, k, "scalar", fold_scales=False) for a in ARCHS for k in KERNELS]

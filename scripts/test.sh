@@ -10,6 +10,6 @@ $PY -m codegen render --check
 echo "== interpreter suite (TRITON_INTERPRET=1, fp32 queries)"
 $PY -m pytest -q -n 2 tests/interp
 if [ -d tests/static ]; then
-  echo "== static compile gates (sm90 + gfx942, ahead of time; separate process: no interpreter)"
-  $PY -m pytest -q -n 2 tests/static
+  echo "== static compile gates (sm90 + gfx942, ahead of time, on the GPU image's triton; no interpreter)"
+  .venv-static/bin/python -m pytest -q -n 2 tests/static
 fi

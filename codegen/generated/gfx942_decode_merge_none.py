@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_decode_merge_none (arch=gfx942, kernel=decode_merge, scale_mode=none)
-# inputs-sha256: 8ffcdaf81145882e6e82c3a9b6a90ad49bb2642931d3a12d5a01ad8842869adb
+# inputs-sha256: 56cbd569863e2f27383cca5f474dbe9390b30cae439b03d2900874a1b2a93bc5
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -84,4 +84,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '8ffcdaf81145882e6e82c3a9b6a90ad49bb2642931d3a12d5a01ad8842869adb'
+INPUTS_SHA256 = '56cbd569863e2f27383cca5f474dbe9390b30cae439b03d2900874a1b2a93bc5'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_decode_merge_per_token_head (arch=gfx942, kernel=decode_merge, scale_mode=per_token_head)
-# inputs-sha256: 033b1004a2eac32d5cf384d709c49d6354b4f82e455f4e3d47eabebef11ce9a9
+# inputs-sha256: 9291572e9ff415f5ab825a80d119136ef0d0e3c80bb4a1179041df267d9b7769
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -84,4 +84,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '033b1004a2eac32d5cf384d709c49d6354b4f82e455f4e3d47eabebef11ce9a9'
+INPUTS_SHA256 = '9291572e9ff415f5ab825a80d119136ef0d0e3c80bb4a1179041df267d9b7769'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_decode_merge_scalar (arch=gfx942, kernel=decode_merge, scale_mode=scalar)
-# inputs-sha256: 9079cfbee5da2f296e7166c60d939fd49ac36319da914782e8dcf966013d813e
+# inputs-sha256: 69f6dd222a7556f638d3eea82380084f2e3071bcdc947e3d1925fde5c2bf2c62
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -85,4 +85,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '9079cfbee5da2f296e7166c60d939fd49ac36319da914782e8dcf966013d813e'
+INPUTS_SHA256 = '69f6dd222a7556f638d3eea82380084f2e3071bcdc947e3d1925fde5c2bf2c62'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_decode_split_none (arch=gfx942, kernel=decode_split, scale_mode=none)
-# inputs-sha256: 8ffcdaf81145882e6e82c3a9b6a90ad49bb2642931d3a12d5a01ad8842869adb
+# inputs-sha256: 56cbd569863e2f27383cca5f474dbe9390b30cae439b03d2900874a1b2a93bc5
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -170,4 +170,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 else (part_o, part_lse)
 
-INPUTS_SHA256 = '8ffcdaf81145882e6e82c3a9b6a90ad49bb2642931d3a12d5a01ad8842869adb'
+INPUTS_SHA256 = '56cbd569863e2f27383cca5f474dbe9390b30cae439b03d2900874a1b2a93bc5'

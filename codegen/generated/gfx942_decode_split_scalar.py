@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 9079cfbee5da2f296e7166c60d939fd49ac36319da914782e8dcf966013d813e
+# inputs-sha256: 69f6dd222a7556f638d3eea82380084f2e3071bcdc947e3d1925fde5c2bf2c62
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -174,4 +174,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 else (part_o, part_lse)
 
-INPUTS_SHA256 = '9079cfbee5da2f296e7166c60d939fd49ac36319da914782e8dcf966013d813e'
+INPUTS_SHA256 = '69f6dd222a7556f638d3eea82380084f2e3071bcdc947e3d1925fde5c2bf2c62'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: 8ffcdaf81145882e6e82c3a9b6a90ad49bb2642931d3a12d5a01ad8842869adb
+# inputs-sha256: 56cbd569863e2f27383cca5f474dbe9390b30cae439b03d2900874a1b2a93bc5
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -183,4 +183,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '8ffcdaf81145882e6e82c3a9b6a90ad49bb2642931d3a12d5a01ad8842869adb'
+INPUTS_SHA256 = '56cbd569863e2f27383cca5f474dbe9390b30cae439b03d2900874a1b2a93bc5'

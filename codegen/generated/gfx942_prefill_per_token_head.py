@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 033b1004a2eac32d5cf384d709c49d6354b4f82e455f4e3d47eabebef11ce9a9
+# inputs-sha256: 9291572e9ff415f5ab825a80d119136ef0d0e3c80bb4a1179041df267d9b7769
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -199,4 +199,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '033b1004a2eac32d5cf384d709c49d6354b4f82e455f4e3d47eabebef11ce9a9'
+INPUTS_SHA256 = '9291572e9ff415f5ab825a80d119136ef0d0e3c80bb4a1179041df267d9b7769'

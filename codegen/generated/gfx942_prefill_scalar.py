@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 9079cfbee5da2f296e7166c60d939fd49ac36319da914782e8dcf966013d813e
+# inputs-sha256: 69f6dd222a7556f638d3eea82380084f2e3071bcdc947e3d1925fde5c2bf2c62
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -187,4 +187,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '9079cfbee5da2f296e7166c60d939fd49ac36319da914782e8dcf966013d813e'
+INPUTS_SHA256 = '69f6dd222a7556f638d3eea82380084f2e3071bcdc947e3d1925fde5c2bf2c62'

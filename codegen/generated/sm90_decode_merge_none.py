@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
 # variant: sm90_decode_merge_none (arch=sm90, kernel=decode_merge, scale_mode=none)
-# inputs-sha256: 34c0e9c4aa20f83622fc3304c3179f379c98b19e61654e047b4f76bb3f75e653
+# inputs-sha256: 4d89c850665c466689776e73a146249b84d576b1e359b2465baa3998df0b99c1
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -86,4 +86,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '34c0e9c4aa20f83622fc3304c3179f379c98b19e61654e047b4f76bb3f75e653'
+INPUTS_SHA256 = '4d89c850665c466689776e73a146249b84d576b1e359b2465baa3998df0b99c1'

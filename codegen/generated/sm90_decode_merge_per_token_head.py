@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
 # variant: sm90_decode_merge_per_token_head (arch=sm90, kernel=decode_merge, scale_mode=per_token_head)
-# inputs-sha256: f63ac32f71fbdce62ff9aac13d2aedcef73ef690cd0efa4dd62c74a158cf1da7
+# inputs-sha256: 2c547a58bf5ea8758628ae8f21fc15c935d3aabdbcb37ef870691a588ccb4c36
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -86,4 +86,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = 'f63ac32f71fbdce62ff9aac13d2aedcef73ef690cd0efa4dd62c74a158cf1da7'
+INPUTS_SHA256 = '2c547a58bf5ea8758628ae8f21fc15c935d3aabdbcb37ef870691a588ccb4c36'

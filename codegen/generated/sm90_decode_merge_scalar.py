@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
 # variant: sm90_decode_merge_scalar (arch=sm90, kernel=decode_merge, scale_mode=scalar)
-# inputs-sha256: 5cb22d47a3633d4d86345362312b1ca4ab8fc5db187121562f63afcdb077db54
+# inputs-sha256: ad7187a88102e40387ee3dd13b2f8f769b8f5bc92db7851f08c5f813928ca176
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -87,4 +87,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '5cb22d47a3633d4d86345362312b1ca4ab8fc5db187121562f63afcdb077db54'
+INPUTS_SHA256 = 'ad7187a88102e40387ee3dd13b2f8f769b8f5bc92db7851f08c5f813928ca176'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: 34c0e9c4aa20f83622fc3304c3179f379c98b19e61654e047b4f76bb3f75e653
+# inputs-sha256: 4d89c850665c466689776e73a146249b84d576b1e359b2465baa3998df0b99c1
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -172,4 +172,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 else (part_o, part_lse)
 
-INPUTS_SHA256 = '34c0e9c4aa20f83622fc3304c3179f379c98b19e61654e047b4f76bb3f75e653'
+INPUTS_SHA256 = '4d89c850665c466689776e73a146249b84d576b1e359b2465baa3998df0b99c1'

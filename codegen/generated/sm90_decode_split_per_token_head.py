@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: f63ac32f71fbdce62ff9aac13d2aedcef73ef690cd0efa4dd62c74a158cf1da7
+# inputs-sha256: 2c547a58bf5ea8758628ae8f21fc15c935d3aabdbcb37ef870691a588ccb4c36
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -183,4 +183,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 else (part_o, part_lse)
 
-INPUTS_SHA256 = 'f63ac32f71fbdce62ff9aac13d2aedcef73ef690cd0efa4dd62c74a158cf1da7'
+INPUTS_SHA256 = '2c547a58bf5ea8758628ae8f21fc15c935d3aabdbcb37ef870691a588ccb4c36'

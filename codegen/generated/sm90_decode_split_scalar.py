@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 5cb22d47a3633d4d86345362312b1ca4ab8fc5db187121562f63afcdb077db54
+# inputs-sha256: ad7187a88102e40387ee3dd13b2f8f769b8f5bc92db7851f08c5f813928ca176
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -176,4 +176,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 else (part_o, part_lse)
 
-INPUTS_SHA256 = '5cb22d47a3633d4d86345362312b1ca4ab8fc5db187121562f63afcdb077db54'
+INPUTS_SHA256 = 'ad7187a88102e40387ee3dd13b2f8f769b8f5bc92db7851f08c5f813928ca176'

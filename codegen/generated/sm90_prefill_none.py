@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: 34c0e9c4aa20f83622fc3304c3179f379c98b19e61654e047b4f76bb3f75e653
+# inputs-sha256: 4d89c850665c466689776e73a146249b84d576b1e359b2465baa3998df0b99c1
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -182,4 +182,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '34c0e9c4aa20f83622fc3304c3179f379c98b19e61654e047b4f76bb3f75e653'
+INPUTS_SHA256 = '4d89c850665c466689776e73a146249b84d576b1e359b2465baa3998df0b99c1'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: f63ac32f71fbdce62ff9aac13d2aedcef73ef690cd0efa4dd62c74a158cf1da7
+# inputs-sha256: 2c547a58bf5ea8758628ae8f21fc15c935d3aabdbcb37ef870691a588ccb4c36
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -198,4 +198,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'f63ac32f71fbdce62ff9aac13d2aedcef73ef690cd0efa4dd62c74a158cf1da7'
+INPUTS_SHA256 = '2c547a58bf5ea8758628ae8f21fc15c935d3aabdbcb37ef870691a588ccb4c36'

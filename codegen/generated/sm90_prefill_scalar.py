@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 5cb22d47a3633d4d86345362312b1ca4ab8fc5db187121562f63afcdb077db54
+# inputs-sha256: ad7187a88102e40387ee3dd13b2f8f769b8f5bc92db7851f08c5f813928ca176
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -186,4 +186,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '5cb22d47a3633d4d86345362312b1ca4ab8fc5db187121562f63afcdb077db54'
+INPUTS_SHA256 = 'ad7187a88102e40387ee3dd13b2f8f769b8f5bc92db7851f08c5f813928ca176'

@@ -71,8 +71,15 @@ def open_storage(url: str, heartbeat_s: int = 10):
     from optuna.storages import RDBStorage, RetryFailedTrialCallback
 
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s, grace_period=3 * heartbeat_s,
-                      heartbeat_stale_trial_callback=RetryFailedTrialCallback(max_retry=1))
+    for attempt in range(5):
+        try:
+            return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
+                              grace_period=3 * heartbeat_s,
+                              heartbeat_stale_trial_callback=RetryFailedTrialCallback(max_retry=1))
+        except Exception:  # noqa: BLE001 - workers starting together race to create the schema: retry
+            if attempt == 4:
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 class _Heartbeat:

@@ -137,7 +137,11 @@ def prepare(request: dict) -> list[str]:
     bucket = Bucket(**request["bucket"])
     config = LaunchConfig.from_dict(request["config"])
     if request.get("static"):
-        problems = static_problems(bucket, config)
+        try:
+            problems = static_problems(bucket, config)
+        except Exception as exc:  # noqa: BLE001 - a broken checker must not stop tuning; the trial still runs
+            problems = []
+            print(f"msa-tune: static check skipped for {config}: {type(exc).__name__}: {exc}", flush=True)
         if problems:
             return problems
     if request.get("precompile") and not request.get("interpret"):

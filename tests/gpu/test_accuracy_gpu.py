@@ -35,18 +35,18 @@ def _check(case, config):
 
 @pytest.mark.parametrize("mode,kv_dtype", MODES)
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-@pytest.mark.parametrize("block_n", [32, 64, 128])
-def test_prefill_gpu(arch, mode, kv_dtype, layout, block_n):
+@pytest.mark.parametrize("block_n,block_t", [(64, 1), (128, 1), (64, 4)])
+def test_prefill_gpu(arch, mode, kv_dtype, layout, block_n, block_t):
     hq, hkv = LAYOUTS[layout]
     case = cases.prefill_case(arch=arch, q_lens=[40, 7, 130], prefix_lens=[3000, 0, 900], num_q_heads=hq,
                               num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode, q_dtype=torch.bfloat16,
-                              device="cuda", seed=block_n)
-    _check(case, LaunchConfig(block_n=block_n))
+                              device="cuda", seed=block_n, pattern="correlated" if block_t > 1 else "random")
+    _check(case, LaunchConfig(block_n=block_n, block_t=block_t))
 
 
 @pytest.mark.parametrize("mode,kv_dtype", MODES)
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-@pytest.mark.parametrize("num_splits", [1, 3, 16])
+@pytest.mark.parametrize("num_splits", [1, 5])
 @pytest.mark.parametrize("shape", ["uniform_q1", "uniform_q4", "varlen_padded"])
 def test_decode_gpu(arch, mode, kv_dtype, layout, num_splits, shape):
     hq, hkv = LAYOUTS[layout]

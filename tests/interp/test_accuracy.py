@@ -116,3 +116,19 @@ def test_dropped_or_swapped_scale_is_caught(arch, kernel, mode):
     for what, change in variants.items():
         wrong = cases.run_reference(dataclasses.replace(case, args=dict(case.args, **change)))
         assert not compare(out, wrong, torch.float32).ok, f"{what}: the gate cannot tell it from the right result"
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("kernel", ["prefill", "decode"])
+def test_unfolded_baseline(arch, kernel):
+    """The seed's unfolded scalar rendering (the benchmark's baseline) computes the same function."""
+    if kernel == "prefill":
+        case = cases.prefill_case(arch=arch, q_lens=[3, 2], prefix_lens=[300, 0], num_q_heads=8, num_kv_heads=2,
+                                  seed=5, **SMALL)
+    else:
+        case = cases.decode_case(arch=arch, seq_lens=[700, 129], num_q_heads=8, num_kv_heads=2, seed=5, **SMALL)
+    for splits in ((1,) if kernel == "prefill" else (1, 3)):
+        case.poison()
+        out = cases.run_kernel(case, arch=arch, config=_config(arch, num_splits=splits), fold_scales=False)
+        result = compare(out, cases.run_reference(case), torch.float32)
+        assert result.ok, str(result)

@@ -151,3 +151,11 @@ def test_sm_scale_must_be_positive():
 def test_too_few_query_rows_for_uniform_decode():
     case, args = _decode(decode_query_len=4)
     _raises(sparse_attn_decode, args, ValueError, r"^q: expected at least num_reqs \* decode_query_len", arch="sm90")
+
+
+def test_unfolded_baseline_is_scalar_only():
+    case = cases.decode_case(arch="sm90", seq_lens=[300], num_q_heads=8, num_kv_heads=2, head_dim=32, topk=4,
+                             scale_mode="per_token_head")
+    case.poison()
+    _raises(sparse_attn_decode, case.args, ValueError, r"^fold_scales: False .* scalar scales only", arch="sm90",
+            fold_scales=False)

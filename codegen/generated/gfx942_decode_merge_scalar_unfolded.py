@@ -1,0 +1,87 @@
+# GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
+# template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
+# variant: gfx942_decode_merge_scalar_unfolded (arch=gfx942, kernel=decode_merge, scale_mode=scalar, unfolded baseline)
+# inputs-sha256: 525a45ebc09a0e8eb4da989835b6533d6c6ca7b03280a52994bbaf5ed9ae9807
+"""MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `scalar`.
+
+One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
+group's query heads by their base-2 log-sum-exp. Rows whose splits saw no key come out as zeros.
+"""
+import torch
+import triton
+import triton.language as tl
+
+ARCH = "gfx942"
+SCALE_MODE = "scalar"
+
+
+@triton.jit
+def _msa_decode_merge_kernel(
+    # tensors
+    part_o_ptr, part_lse_ptr, out_ptr,
+    # strides
+    stride_o_t, stride_o_h, stride_o_d,
+    # shapes and launch parameters
+    GQA: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    SPLITS_P2: tl.constexpr, USE_PDL: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_s = tl.arange(0, SPLITS_P2)
+    heads = g * GQA + offs_m
+    row_ok = offs_m < GQA
+    row = (t * (tl.num_programs(1) * GQA) + heads) * NUM_SPLITS  # first split of each row
+    lse = tl.load(
+        part_lse_ptr + row[:, None] + offs_s[None, :],
+        mask=row_ok[:, None] & (offs_s[None, :] < NUM_SPLITS),
+        other=float("-inf"),
+    )
+    m = tl.max(lse, axis=1)
+    m_shift = tl.where(m == float("-inf"), 0.0, m)
+    den = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for s in tl.static_range(NUM_SPLITS):
+        lse_s = tl.load(part_lse_ptr + row + s, mask=row_ok, other=float("-inf"))
+        w = tl.exp2(lse_s - m_shift)  # an empty split has lse -inf: weight 0
+        o_s = tl.load(part_o_ptr + (row + s)[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        den += w
+        acc += w[:, None] * o_s
+    o = acc / tl.where(den > 0.0, den, 1.0)[:, None]
+    tl.store(
+        out_ptr + t * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
+        o.to(out_ptr.dtype.element_ty),
+        mask=row_ok[:, None],
+    )
+
+
+KERNEL = _msa_decode_merge_kernel
+
+
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, config, use_pdl=False, **_):
+    """The kernel's compile-time parameters for a shape and config (shared with the static checks)."""
+    gqa = num_q_heads // num_kv_heads
+    return dict(GQA=gqa, HEAD_DIM=head_dim, BLOCK_M=triton.next_power_of_2(gqa), NUM_SPLITS=config.num_splits,
+                SPLITS_P2=triton.next_power_of_2(config.num_splits), USE_PDL=False)
+
+
+def options(config):
+    """Launch options of the merge kernel: its own warp count, one stage (no loop to pipeline)."""
+    return dict(num_warps=config.merge_num_warps, num_stages=1)
+
+
+def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
+    """Reduces the split kernel's partials into `output` (validated by codegen.api)."""
+    total_q, num_q_heads, num_splits, head_dim = part_o.shape
+    grid = (total_q, num_kv_heads)
+    _msa_decode_merge_kernel[grid](
+        part_o, part_lse, output,
+        *output.stride(),
+        **constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, config=config,
+                     use_pdl=use_pdl),
+        **options(config),
+    )
+    return output
+
+INPUTS_SHA256 = '525a45ebc09a0e8eb4da989835b6533d6c6ca7b03280a52994bbaf5ed9ae9807'

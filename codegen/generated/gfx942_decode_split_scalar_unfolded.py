@@ -1,0 +1,180 @@
+# GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
+# template: templates/decode_split.py.jinja (with templates/_attend.jinja)
+# variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
+# inputs-sha256: 525a45ebc09a0e8eb4da989835b6533d6c6ca7b03280a52994bbaf5ed9ae9807
+"""MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
+
+One program = one query token x one KV head x one split of its top-k pages. With one split the
+program writes the final output itself (one launch); with more it writes each split's normalized
+partial and its base-2 log-sum-exp for the merge kernel. Grid and buffers depend only on shapes
+and the config, so the launch can be captured in a CUDA graph.
+"""
+import torch
+import triton
+import triton.language as tl
+
+ARCH = "gfx942"
+SCALE_MODE = "scalar"
+PAGE = 128
+
+
+@triton.jit
+def _msa_decode_split_kernel(
+    # tensors
+    q_ptr, kv_ptr, topk_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, token_to_req_ptr,
+    out_ptr, part_o_ptr, part_lse_ptr,
+    k_scale_ptr, v_scale_ptr,  # one fp32 element each, read on the device (graph-capturable)
+    # scalars
+    sm_scale, topk, num_reqs, decode_query_len, blocks_per_split,
+    # strides
+    stride_q_t, stride_q_h, stride_q_d,
+    stride_kv_b, stride_kv_h, stride_kv_t, stride_kv_d,
+    stride_tk_h, stride_tk_t, stride_tk_k,
+    stride_bt_r, stride_bt_b,
+    stride_o_t, stride_o_h, stride_o_d,
+    # shapes and launch parameters
+    GQA: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, TOPK_P2: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, VARLEN: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    SUBTILES: tl.constexpr = PAGE // BLOCK_N
+    t = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    split = tl.program_id(2)
+    if VARLEN:
+        row_live = t < tl.load(query_start_loc_ptr + num_reqs)  # rows past the end are padding
+        req = tl.load(token_to_req_ptr + t, mask=row_live, other=0)
+        q_first = tl.load(query_start_loc_ptr + req, mask=row_live, other=0)
+        q_len = tl.load(query_start_loc_ptr + req + 1, mask=row_live, other=0) - q_first
+        j = t - q_first
+    else:
+        row_live = t < num_reqs * decode_query_len
+        req = t // decode_query_len
+        q_len = decode_query_len
+        j = t % decode_query_len
+    seq_len = tl.load(seq_lens_ptr + req, mask=row_live, other=0)
+    q_pos = seq_len - q_len + j
+    kv_end = tl.where(row_live, tl.minimum(q_pos + 1, seq_len), 0)
+    block_table_row_ptr = block_table_ptr + req.to(tl.int64) * stride_bt_r
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
+    heads = g * GQA + offs_m  # the rows are the token's GQA heads, padded to BLOCK_M
+    row_ok = offs_m < GQA
+    row_tok = tl.full([BLOCK_M], 0, tl.int64) + t
+    q = tl.load(
+        q_ptr + row_tok[:, None] * stride_q_t + heads[:, None] * stride_q_h + offs_d[None, :] * stride_q_d,
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+    # Unfolded (the seed's baseline, kept for benchmarks): every K and V element is scaled in the loop.
+    k_scale = tl.load(k_scale_ptr)
+    v_scale = tl.load(v_scale_ptr)
+    qk_scale = sm_scale * 1.4426950408889634
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    kv_head_ptr = kv_ptr + g * stride_kv_h
+    topk_row_ptr = topk_ptr + g * stride_tk_h + t * stride_tk_t
+    offs_k = tl.arange(0, TOPK_P2)
+    sel = tl.load(topk_row_ptr + offs_k * stride_tk_k, mask=offs_k < tl.where(row_live, topk, 0), other=-1)
+    n_sel = tl.sum((sel >= 0).to(tl.int32), axis=0)
+    blk_lo = tl.minimum(split * blocks_per_split, n_sel)
+    blk_hi = tl.minimum(blk_lo + blocks_per_split, n_sel)
+    for it in range(blk_lo * SUBTILES, blk_hi * SUBTILES):
+        blk = tl.load(topk_row_ptr + (it // SUBTILES) * stride_tk_k)
+        slot = (it % SUBTILES) * BLOCK_N + offs_n  # offset inside the page
+        # Visible slots of this page: those before kv_end; none for a -1 pad. (One vector compare:
+        # a scalar & vector mask trips the triton 3.9 interpreter.)
+        n_visible = tl.where(blk >= 0, kv_end - blk * PAGE, 0)
+        page = tl.load(block_table_row_ptr + blk * stride_bt_b, mask=n_visible > 0, other=0).to(tl.int64)
+        visible = slot < n_visible
+        slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
+        # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
+        k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=visible[None, :], other=0.0)
+        k = (k.to(tl.float32) * k_scale).to(q.dtype)
+        s = tl.dot(q, k.to(q.dtype))
+        s = s * qk_scale
+        s = tl.where(visible[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_shift)
+        p = tl.exp2(s - m_shift[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(
+            slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0
+        )
+        v = (v.to(tl.float32) * v_scale).to(q.dtype)
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+        m_i = m_new
+    if NUM_SPLITS == 1:
+        l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+        o = acc / l_safe[:, None]
+        tl.store(
+            out_ptr + row_tok[:, None] * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
+            o.to(out_ptr.dtype.element_ty),
+            mask=row_ok[:, None],
+        )
+    else:
+        l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+        o = acc / l_safe[:, None]
+        # Partials are [total_q, Hq, NUM_SPLITS, HEAD_DIM] fp32 and lse [total_q, Hq, NUM_SPLITS].
+        row = (t * (tl.num_programs(1) * GQA) + heads) * NUM_SPLITS + split
+        tl.store(part_o_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_ok[:, None])
+        lse = tl.where(l_i > 0.0, m_i + tl.log2(l_safe), float("-inf"))
+        tl.store(part_lse_ptr + row, lse, mask=row_ok)
+
+
+KERNEL = _msa_decode_split_kernel
+
+
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=False, use_pdl=False, **_):
+    """The kernel's compile-time parameters for a shape and config (shared with the static checks)."""
+    gqa = num_q_heads // num_kv_heads
+    return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
+                BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
+                NUM_SPLITS=config.num_splits, VARLEN=varlen, USE_PDL=False)
+
+
+def options(config):
+    """Compiler/launch options of `config` on gfx942."""
+    return dict(num_warps=config.num_warps, num_stages=config.num_stages, waves_per_eu=config.waves_per_eu,
+                matrix_instr_nonkdim=config.matrix_instr_nonkdim, kpack=config.kpack)
+
+
+def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
+           decode_query_len, k_scale, v_scale, query_start_loc, token_to_req_indices, config,
+           use_pdl):
+    """Launches on validated arguments (codegen.api checks them).
+
+    Returns None when the output is complete (one split), else the (partial_o, partial_lse)
+    buffers the merge kernel reduces.
+    """
+    total_q, num_q_heads, head_dim = q.shape
+    topk = topk_idx.shape[2]
+    num_splits = config.num_splits
+    if total_q == 0:
+        return None
+    if num_splits == 1:
+        part_o = part_lse = output  # never written: the kernel's one-split branch stores the output
+    else:
+        part_o = torch.empty((total_q, num_q_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((total_q, num_q_heads, num_splits), dtype=torch.float32, device=q.device)
+    varlen = query_start_loc is not None
+    grid = (total_q, num_kv_heads, num_splits)
+    _msa_decode_split_kernel[grid](
+        q, kv_cache, topk_idx, block_table, seq_lens,
+        query_start_loc if varlen else seq_lens, token_to_req_indices if varlen else seq_lens,
+        output, part_o, part_lse,
+        k_scale, v_scale,
+        float(sm_scale), topk, seq_lens.shape[0], decode_query_len if not varlen else 1,
+        triton.cdiv(topk, num_splits),
+        *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
+        **constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, topk=topk,
+                     config=config, varlen=varlen, use_pdl=use_pdl),
+        **options(config),
+    )
+    return None if num_splits == 1 else (part_o, part_lse)
+
+INPUTS_SHA256 = '525a45ebc09a0e8eb4da989835b6533d6c6ca7b03280a52994bbaf5ed9ae9807'

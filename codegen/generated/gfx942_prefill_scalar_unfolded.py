@@ -1,0 +1,195 @@
+# GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
+# template: templates/prefill.py.jinja (with templates/_attend.jinja)
+# variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
+# inputs-sha256: 525a45ebc09a0e8eb4da989835b6533d6c6ca7b03280a52994bbaf5ed9ae9807
+"""MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
+
+One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
+are (token, GQA head) pairs. With BLOCK_T == 1 the program walks the token's top-k pages BLOCK_N
+keys at a time. With BLOCK_T > 1 it walks the union of the tile's selections: each distinct page
+is loaded once and scored against every row, rows whose token did not pick it (or may not see a
+key) masked out, so neighbouring tokens that share blocks share the loads and fill the MMA rows.
+"""
+import torch
+import triton
+import triton.language as tl
+
+ARCH = "gfx942"
+SCALE_MODE = "scalar"
+PAGE = 128
+
+
+@triton.jit
+def _msa_prefill_kernel(
+    # tensors
+    q_ptr, kv_ptr, topk_ptr, block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr, prefix_lens_ptr,
+    out_ptr,
+    k_scale_ptr, v_scale_ptr,  # one fp32 element each, read on the device (graph-capturable)
+    # scalars
+    sm_scale, topk,
+    # strides
+    stride_q_t, stride_q_h, stride_q_d,
+    stride_kv_b, stride_kv_h, stride_kv_t, stride_kv_d,
+    stride_tk_h, stride_tk_t, stride_tk_k,
+    stride_bt_r, stride_bt_b,
+    stride_o_t, stride_o_h, stride_o_d,
+    # shapes and launch parameters
+    GQA: tl.constexpr, GQA_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
+    TOPK_P2: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    SUBTILES: tl.constexpr = PAGE // BLOCK_N
+    i0 = tl.program_id(0) * BLOCK_T  # first query of the tile inside its request
+    req = tl.program_id(1)
+    g = tl.program_id(2)  # KV head
+    q_start = tl.load(cu_seqlens_q_ptr + req)
+    q_len = tl.load(cu_seqlens_q_ptr + req + 1) - q_start
+    if i0 >= q_len:  # the grid covers max_query_len; shorter requests end here
+        return
+    prefix = tl.load(prefix_lens_ptr + req)
+    seq_len = tl.load(seq_lens_ptr + req)
+    block_table_row_ptr = block_table_ptr + req.to(tl.int64) * stride_bt_r
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
+    row_t = offs_m // GQA_PAD  # token of the row inside the tile
+    heads = g * GQA + offs_m % GQA_PAD
+    row_ok = (offs_m % GQA_PAD < GQA) & (row_t < BLOCK_T) & (i0 + row_t < q_len)
+    row_tok = (q_start + i0 + row_t).to(tl.int64)
+    q = tl.load(
+        q_ptr + row_tok[:, None] * stride_q_t + heads[:, None] * stride_q_h + offs_d[None, :] * stride_q_d,
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+    # Unfolded (the seed's baseline, kept for benchmarks): every K and V element is scaled in the loop.
+    k_scale = tl.load(k_scale_ptr)
+    v_scale = tl.load(v_scale_ptr)
+    qk_scale = sm_scale * 1.4426950408889634
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    kv_head_ptr = kv_ptr + g * stride_kv_h
+    if BLOCK_T == 1:
+        t = (q_start + i0).to(tl.int64)
+        kv_end = tl.minimum(prefix + i0 + 1, seq_len)  # causal and in-sequence
+        topk_row_ptr = topk_ptr + g * stride_tk_h + t * stride_tk_t
+        offs_k = tl.arange(0, TOPK_P2)
+        sel = tl.load(topk_row_ptr + offs_k * stride_tk_k, mask=offs_k < topk, other=-1)
+        n_sel = tl.sum((sel >= 0).to(tl.int32), axis=0)
+        for it in range(0, n_sel * SUBTILES):
+            blk = tl.load(topk_row_ptr + (it // SUBTILES) * stride_tk_k)
+            slot = (it % SUBTILES) * BLOCK_N + offs_n  # offset inside the page
+            # Visible slots of this page: those before kv_end; none for a -1 pad. (One vector compare:
+            # a scalar & vector mask trips the triton 3.9 interpreter.)
+            n_visible = tl.where(blk >= 0, kv_end - blk * PAGE, 0)
+            page = tl.load(block_table_row_ptr + blk * stride_bt_b, mask=n_visible > 0, other=0).to(tl.int64)
+            visible = slot < n_visible
+            slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
+            # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
+            k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=visible[None, :], other=0.0)
+            k = (k.to(tl.float32) * k_scale).to(q.dtype)
+            s = tl.dot(q, k.to(q.dtype))
+            s = s * qk_scale
+            s = tl.where(visible[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_shift)
+            p = tl.exp2(s - m_shift[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            v = tl.load(
+                slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0
+            )
+            v = (v.to(tl.float32) * v_scale).to(q.dtype)
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+            m_i = m_new
+    else:
+        kv_end_row = tl.minimum(prefix + i0 + row_t + 1, seq_len)  # [BLOCK_M]
+        n_tok = tl.minimum(q_len - i0, BLOCK_T)
+        tile_topk_ptr = topk_ptr + g * stride_tk_h + (q_start + i0).to(tl.int64) * stride_tk_t
+        offs_k = tl.arange(0, TOPK_P2)
+        # Every row's selection, [BLOCK_M, TOPK_P2]: which tokens of the tile picked a block.
+        sel_rows = tl.load(
+            tile_topk_ptr + row_t[:, None] * stride_tk_t + offs_k[None, :] * stride_tk_k,
+            mask=row_ok[:, None] & (offs_k[None, :] < topk),
+            other=-1,
+        )
+        for e in range(0, n_tok * topk):
+            te = e // topk
+            blk = tl.load(tile_topk_ptr + te * stride_tk_t + (e % topk) * stride_tk_k)
+            hit = sel_rows == blk
+            # Loaded already when an earlier token of the tile picked the same block.
+            earlier = tl.sum(tl.sum((hit & (row_t < te)[:, None]).to(tl.int32), axis=1), axis=0)
+            n_vis_row = tl.where(tl.sum(hit.to(tl.int32), axis=1) > 0, kv_end_row - blk * PAGE, 0)
+            n_visible = tl.max(n_vis_row, axis=0)
+            if (blk >= 0) & (earlier == 0) & (n_visible > 0):
+                page = tl.load(block_table_row_ptr + blk * stride_bt_b).to(tl.int64)
+                for sub in tl.static_range(SUBTILES):
+                    slot = sub * BLOCK_N + offs_n
+                    cols = slot < n_visible
+                    slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
+                    # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
+                    k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=cols[None, :], other=0.0)
+                    k = (k.to(tl.float32) * k_scale).to(q.dtype)
+                    s = tl.dot(q, k.to(q.dtype))
+                    s = s * qk_scale
+                    s = tl.where(slot[None, :] < n_vis_row[:, None], s, float("-inf"))
+                    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+                    # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
+                    m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    alpha = tl.exp2(m_i - m_shift)
+                    p = tl.exp2(s - m_shift[:, None])
+                    l_i = l_i * alpha + tl.sum(p, axis=1)
+                    v = tl.load(
+                        slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0
+                    )
+                    v = (v.to(tl.float32) * v_scale).to(q.dtype)
+                    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+                    m_i = m_new
+
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+    o = acc / l_safe[:, None]
+
+    tl.store(
+        out_ptr + row_tok[:, None] * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
+        o.to(out_ptr.dtype.element_ty),
+        mask=row_ok[:, None],
+    )
+
+KERNEL = _msa_prefill_kernel
+
+
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, **_):
+    """The kernel's compile-time parameters for a shape and config (shared with the static checks)."""
+    gqa = num_q_heads // num_kv_heads
+    gqa_pad = triton.next_power_of_2(gqa)
+    return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
+                BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n)
+
+
+def options(config):
+    """Compiler/launch options of `config` on gfx942."""
+    return dict(num_warps=config.num_warps, num_stages=config.num_stages, waves_per_eu=config.waves_per_eu,
+                matrix_instr_nonkdim=config.matrix_instr_nonkdim, kpack=config.kpack)
+
+
+def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
+           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config):
+    """Launches on validated arguments (codegen.api checks them)."""
+    num_reqs = seq_lens.shape[0]
+    topk = topk_idx.shape[2]
+    if max_query_len == 0 or num_reqs == 0:
+        return output
+    grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
+    _msa_prefill_kernel[grid](
+        q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
+        output,
+        k_scale, v_scale,
+        float(sm_scale), topk,
+        *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
+        **constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
+                     config=config),
+        **options(config),
+    )
+    return output
+
+INPUTS_SHA256 = '525a45ebc09a0e8eb4da989835b6533d6c6ca7b03280a52994bbaf5ed9ae9807'
