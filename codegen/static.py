@@ -20,7 +20,8 @@ Figures come from the artifacts the GPU would load:
 
 Compiled figures are cached as JSON (never binaries) under ``$MSA_TUNE_CACHE_DIR`` or
 ``~/.cache/msa-tune/static``, keyed by the template-input hash and text of the generated module,
-the arch, the kernel, the signature/specialization, constexprs, options, dtypes and the Triton
+the arch, the kernel, the scale mode and fold_scales (False: the unfolded scalar baseline module,
+``<variant>_unfolded``), the signature/specialization, constexprs, options, dtypes and the Triton
 version. Limits are applied when a report is built, so changing a limit needs no recompile.
 """
 from __future__ import annotations
@@ -62,6 +63,8 @@ _KV_TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 # What the shipped-config gate covers (see shipped_launches).
 SHIPPED_MODES = (("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16"), ("none", "fp8"))
+# The unfolded scalar baseline modules (fold_scales=False), gated like the folded ones.
+SHIPPED_UNFOLDED_MODES = (("scalar", "fp8"),)
 HEAD_LAYOUTS = {"TP1": (64, 4), "TP4": (16, 1), "TP8": (8, 1)}
 # One decode batch small enough to get the most splits, one large enough to get a single split.
 DECODE_TOKEN_COUNTS = (1, 1024)
@@ -145,12 +148,16 @@ class StaticLaunch:
     varlen: bool = False
     use_pdl: bool = False
     source: str = "custom"  # where the config comes from ("default", "tuned:<file>", ...): shown in reports
+    # False: the unfolded scalar-scale baseline module (<variant>_unfolded; scale mode "scalar" only).
+    fold_scales: bool = True
     # Other KV dtypes / head layouts whose launches compile identically and were merged into this one.
     also_kv_dtypes: tuple[str, ...] = ()
     also_heads: tuple[str, ...] = ()
 
     def __post_init__(self):
-        Variant(self.arch, self.kernel, self.scale_mode)  # validates the three names
+        if not isinstance(self.fold_scales, bool):
+            raise TypeError(f"fold_scales: expected a bool, got {type(self.fold_scales).__name__}")
+        Variant(self.arch, self.kernel, self.scale_mode, self.fold_scales)  # validates the names
         if self.kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype: expected one of {KV_DTYPES}, got {self.kv_dtype!r}")
         if self.q_dtype not in Q_DTYPES:
@@ -167,7 +174,11 @@ class StaticLaunch:
 
     @property
     def variant(self) -> str:
-        return Variant(self.arch, self.kernel, self.scale_mode).name
+        return Variant(self.arch, self.kernel, self.scale_mode, self.fold_scales).name
+
+    def module(self):
+        """The generated module this launch compiles a kernel of."""
+        return load_module(self.arch, self.kernel, self.scale_mode, self.fold_scales)
 
     @property
     def family(self) -> str:
@@ -215,8 +226,9 @@ def _as_config(config) -> LaunchConfig:
 
 def launches_for(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_heads: int, num_kv_heads: int,
                  config, *, head_dim: int = 128, topk: int = 16, q_dtype: str = "bf16", varlen: bool = False,
-                 source: str = "custom") -> list[StaticLaunch]:
-    """The kernels one runtime call launches: prefill; or decode_split (+ decode_merge when num_splits > 1)."""
+                 source: str = "custom", fold_scales: bool = True) -> list[StaticLaunch]:
+    """The kernels one runtime call launches: prefill; or decode_split (+ decode_merge when num_splits > 1).
+    fold_scales=False: the unfolded scalar baseline modules (as codegen.api with fold_scales=False)."""
     config = _as_config(config)
     if kernel == "prefill":
         kernels = ["prefill"]
@@ -225,7 +237,8 @@ def launches_for(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_h
     else:
         raise ValueError(f"kernel: expected 'prefill' or 'decode' (a runtime call), got {kernel!r}")
     return [StaticLaunch(arch, k, scale_mode, kv_dtype, num_q_heads, num_kv_heads, config, head_dim=head_dim,
-                         topk=topk, q_dtype=q_dtype, varlen=varlen, use_pdl=runtime_use_pdl(arch, k), source=source)
+                         topk=topk, q_dtype=q_dtype, varlen=varlen, use_pdl=runtime_use_pdl(arch, k), source=source,
+                         fold_scales=fold_scales)
             for k in kernels]
 
 
@@ -379,7 +392,7 @@ def _module_text_sha256(module) -> str:
 def compile_inputs(launch: StaticLaunch, options: Mapping[str, Any] | None = None) -> CompileInputs:
     """Everything triton.compile gets for `launch`, validated, plus its cache key. Compiles nothing."""
     validate_config(launch.config, arch=launch.arch, kernel=launch.family, topk=launch.topk)
-    module = load_module(launch.arch, launch.kernel, launch.scale_mode)
+    module = launch.module()
     fn = _jit_function(module.KERNEL)
     kernel_constexprs = module.constexprs(num_q_heads=launch.num_q_heads, num_kv_heads=launch.num_kv_heads,
                                           head_dim=launch.head_dim, topk=launch.topk, config=launch.config,
@@ -397,6 +410,7 @@ def compile_inputs(launch: StaticLaunch, options: Mapping[str, Any] | None = Non
         "arch": launch.arch,
         "kernel": launch.kernel,
         "scale_mode": launch.scale_mode,
+        "fold_scales": launch.fold_scales,
         "signature": signature,
         "constexprs": constexprs,
         "attrs": {str(list(k)): v for k, v in attrs.items()},
@@ -507,7 +521,7 @@ def compile_figures(inputs: CompileInputs) -> dict:
     from triton.compiler import ASTSource
 
     launch = inputs.launch
-    fn = _jit_function(load_module(launch.arch, launch.kernel, launch.scale_mode).KERNEL)
+    fn = _jit_function(launch.module().KERNEL)
     source = ASTSource(fn=fn, signature=inputs.signature, constexprs=inputs.constexprs, attrs=inputs.attrs)
     captured = io.StringIO()
     start = time.perf_counter()
@@ -627,6 +641,7 @@ class ResourceReport:
     launch_id: str = ""
     also_kv_dtypes: tuple[str, ...] = ()  # other KV dtypes / head layouts that compile identically
     also_heads: tuple[str, ...] = ()
+    fold_scales: bool = True  # False: the unfolded scalar baseline module (variant name ends in _unfolded)
 
     @property
     def ok(self) -> bool:
@@ -699,7 +714,7 @@ def _report_from(inputs: CompileInputs, figures: dict, cached: bool) -> Resource
         notes=tuple(inputs.notes) + tuple(figures.get("notes", ())), extra=dict(figures.get("extra", {})),
         error=figures.get("error"), cached=cached, compile_seconds=figures.get("compile_seconds"),
         compile_key=inputs.key, launch_id=launch.id, also_kv_dtypes=launch.also_kv_dtypes,
-        also_heads=launch.also_heads,
+        also_heads=launch.also_heads, fold_scales=launch.fold_scales,
     )
 
 
@@ -714,36 +729,40 @@ def report_launch(launch: StaticLaunch, *, options: Mapping[str, Any] | None = N
 def compile_report(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_heads: int, num_kv_heads: int,
                    config, *, head_dim: int = 128, topk: int = 16, q_dtype: str = "bf16", varlen: bool = False,
                    use_pdl: bool | None = None, options: Mapping[str, Any] | None = None,
-                   use_cache: bool = True) -> ResourceReport:
+                   use_cache: bool = True, fold_scales: bool = True) -> ResourceReport:
     """Compiles one generated kernel ahead of time for `arch` and returns its resource report.
 
     kernel: "prefill" | "decode_split" | "decode_merge"; kv_dtype: "fp8" | "bf16" | "fp16";
     config: a LaunchConfig or a mapping of its fields. use_pdl: None = what the runtime does (on
     for sm90 decode kernels). options: extra compile options over the module's own, validated
-    by name against the backend (a misspelled option is a ValueError). Raises ValueError/TypeError
+    by name against the backend (a misspelled option is a ValueError). fold_scales=False: the
+    unfolded scalar baseline module (scale_mode "scalar" only). Raises ValueError/TypeError
     on invalid arguments; a kernel that fails to compile gives a report whose `problems` say so.
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
     launch = StaticLaunch(arch, kernel, scale_mode, kv_dtype, num_q_heads, num_kv_heads, _as_config(config),
                           head_dim=head_dim, topk=topk, q_dtype=q_dtype, varlen=varlen,
-                          use_pdl=runtime_use_pdl(arch, kernel) if use_pdl is None else use_pdl)
+                          use_pdl=runtime_use_pdl(arch, kernel) if use_pdl is None else use_pdl,
+                          fold_scales=fold_scales)
     return report_launch(launch, options=options, use_cache=use_cache)
 
 
 def check_launch(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_heads: int, num_kv_heads: int,
-                 config, **kw) -> list[ResourceReport]:
+                 config, *, fold_scales: bool = True, **kw) -> list[ResourceReport]:
     """Reports for every kernel one runtime call launches (kernel: "prefill" | "decode").
 
     decode = decode_split, plus decode_merge when config.num_splits > 1 (sm90 with use_pdl, as the
-    runtime). Keywords: head_dim, topk, q_dtype, varlen, options, use_cache. The launch fits when
+    runtime). Keywords: head_dim, topk, q_dtype, varlen, fold_scales (False: the unfolded scalar
+    baseline), options, use_cache. The launch fits when
     ``all(r.ok for r in reports)``; otherwise each report's `problems` say which figure broke
     which limit (the tuner records them as the reason to drop the candidate).
     """
     options = kw.pop("options", None)
     use_cache = kw.pop("use_cache", True)
     return [report_launch(launch, options=options, use_cache=use_cache)
-            for launch in launches_for(arch, kernel, scale_mode, kv_dtype, num_q_heads, num_kv_heads, config, **kw)]
+            for launch in launches_for(arch, kernel, scale_mode, kv_dtype, num_q_heads, num_kv_heads, config,
+                                       fold_scales=fold_scales, **kw)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -752,15 +771,17 @@ def check_launch(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_h
 
 def _default_launches() -> list[StaticLaunch]:
     launches = []
+    modes = [(mode, kv, True) for mode, kv in SHIPPED_MODES] + [(mode, kv, False) for mode, kv in SHIPPED_UNFOLDED_MODES]
     for arch in ARCHS:
-        for scale_mode, kv_dtype in SHIPPED_MODES:
+        for scale_mode, kv_dtype, fold_scales in modes:
             for _, (hq, hkv) in sorted(HEAD_LAYOUTS.items()):
                 config = default_config(arch, "prefill", num_tokens=1, num_kv_heads=hkv)
-                launches += launches_for(arch, "prefill", scale_mode, kv_dtype, hq, hkv, config, source="default")
+                launches += launches_for(arch, "prefill", scale_mode, kv_dtype, hq, hkv, config, source="default",
+                                         fold_scales=fold_scales)
                 for tokens in DECODE_TOKEN_COUNTS:
                     config = default_config(arch, "decode", num_tokens=tokens, num_kv_heads=hkv)
                     launches += launches_for(arch, "decode", scale_mode, kv_dtype, hq, hkv, config,
-                                             source=f"default@{tokens}tok")
+                                             source=f"default@{tokens}tok", fold_scales=fold_scales)
     return launches
 
 
@@ -848,9 +869,9 @@ def shipped_launches(tuned_folder: pathlib.Path | None = None) -> list[StaticLau
     """Every shipped (module, config) to gate, one per distinct compile.
 
     Each arch x {prefill, decode} x scale modes {scalar: fp8, per_token_head: fp8, none: bf16
-    and fp8} x head layouts TP1 (64/4), TP4 (16/1), TP8 (8/1) with the arch default config
-    (decode at DECODE_TOKEN_COUNTS tokens, so num_splits == 1 and > 1 are both covered), plus
-    every config in tuned_configs/*.json.
+    and fp8; plus the unfolded scalar baseline, fold_scales=False: fp8} x head layouts TP1 (64/4),
+    TP4 (16/1), TP8 (8/1) with the arch default config (decode at DECODE_TOKEN_COUNTS tokens, so
+    num_splits == 1 and > 1 are both covered), plus every config in tuned_configs/*.json.
     """
     return _dedupe(_default_launches() + tuned_launches(tuned_folder))
 
@@ -859,15 +880,15 @@ def shipped_launches(tuned_folder: pathlib.Path | None = None) -> list[StaticLau
 # Allowed exceptions
 
 
-_EXCEPTION_MATCH_KEYS = ("arch", "kernel", "scale_mode", "kv_dtype", "heads", "config", "problem")
+_EXCEPTION_MATCH_KEYS = ("arch", "kernel", "scale_mode", "fold_scales", "kv_dtype", "heads", "config", "problem")
 
 
 def load_exceptions(path: pathlib.Path | None = None) -> list[dict]:
     """The allowed exceptions: a JSON object {"exceptions": [...]} (or a bare list).
 
-    Each entry matches reports by any of arch, kernel, scale_mode, kv_dtype, heads ("64/4"),
-    config (a subset of the config's fields) and problem (a substring of the problem text), and
-    must give a non-empty "reason".
+    Each entry matches reports by any of arch, kernel, scale_mode, fold_scales (false: the
+    unfolded baseline), kv_dtype, heads ("64/4"), config (a subset of the config's fields) and
+    problem (a substring of the problem text), and must give a non-empty "reason".
     """
     path = EXCEPTIONS_PATH if path is None else pathlib.Path(path)
     if not path.exists():
@@ -888,7 +909,7 @@ def load_exceptions(path: pathlib.Path | None = None) -> list[dict]:
 
 
 def _exception_matches(entry: dict, report: ResourceReport, problem: str) -> bool:
-    for key in ("arch", "kernel", "scale_mode", "kv_dtype"):
+    for key in ("arch", "kernel", "scale_mode", "fold_scales", "kv_dtype"):
         if key in entry and entry[key] != getattr(report, key):
             return False
     if "heads" in entry and entry["heads"] != report.heads:
@@ -927,7 +948,7 @@ def _invalid_report(launch: StaticLaunch, exc: Exception) -> ResourceReport:
         use_pdl=launch.use_pdl, source=launch.source, config=launch.config.to_dict(), constexprs={}, options={},
         registers=None, spill=None, spill_unit="", scratch_bytes=None, shared_bytes=None, occupancy=None,
         vgpr=None, agpr=None, mma="none", triton_version=triton.__version__,
-        problems=(f"invalid launch: {exc}",), error=str(exc), launch_id=launch.id)
+        problems=(f"invalid launch: {exc}",), error=str(exc), launch_id=launch.id, fold_scales=launch.fold_scales)
 
 
 def report_many(launches: Iterable[StaticLaunch], *, jobs: int | None = None,
@@ -995,7 +1016,8 @@ def _row_cells(row: dict) -> list[str]:
         status += ": " + "; ".join(row["problems"])
     kv_dtypes = ", ".join([row["kv_dtype"], *row.get("also_kv_dtypes", ())])
     heads = ", ".join([f"{row['num_q_heads']}/{row['num_kv_heads']}", *row.get("also_heads", ())])
-    return [arch, row["kernel"], row["scale_mode"], kv_dtypes, heads,
+    scale = row["scale_mode"] + ("" if row.get("fold_scales", True) else " unfolded")
+    return [arch, row["kernel"], scale, kv_dtypes, heads,
             config_label(arch, row["kernel"], LaunchConfig(**row["config"])), row.get("source", ""), regs, spill,
             _fmt(row["scratch_bytes"], " B"), shared,
             _fmt(row["occupancy"], missing="-" if arch == "sm90" else "?"), row["mma"], status]

@@ -3,7 +3,8 @@
   python -m codegen.static_cli compile --arch sm90 --kernel prefill --scale-mode scalar --kv-dtype fp8 \\
       --heads 16/1 --config '{"block_n": 64}'
       One kernel (prefill | decode_split | decode_merge) or one runtime call (decode = split + merge):
-      prints its resource report. Exit 1 when it breaks a limit or spills.
+      prints its resource report. Exit 1 when it breaks a limit or spills. --unfolded compiles the
+      unfolded scalar baseline module (<variant>_unfolded; --scale-mode scalar only).
   python -m codegen.static_cli report [--json out.json] [--markdown out.md] [--jobs N] [--no-cache]
       Every shipped (module, config): compiles in parallel, prints the table. Exit 1 when a launch has
       a problem that static_exceptions.json does not list.
@@ -57,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     one.add_argument("--topk", type=int, default=16)
     one.add_argument("--q-dtype", default="bf16", choices=sorted(static.Q_DTYPES))
     one.add_argument("--varlen", action="store_true", help="decode: compile the varlen variant")
+    one.add_argument("--unfolded", action="store_true",
+                     help="the unfolded scalar-scale baseline module (fold_scales=False; --scale-mode scalar only)")
     one.add_argument("--json", action="store_true", help="print the report(s) as JSON")
     one.add_argument("--no-cache", action="store_true", help="compile even when the figures are cached")
 
@@ -93,7 +96,7 @@ def _print_report(report: static.ResourceReport) -> None:
 def _run_compile(args) -> int:
     hq, hkv = args.heads
     common = dict(head_dim=args.head_dim, topk=args.topk, q_dtype=args.q_dtype, varlen=args.varlen,
-                  options=args.options, use_cache=not args.no_cache)
+                  options=args.options, use_cache=not args.no_cache, fold_scales=not args.unfolded)
     if args.kernel == "decode":
         reports = static.check_launch(args.arch, "decode", args.scale_mode, args.kv_dtype, hq, hkv, args.config,
                                       **common)
@@ -110,14 +113,24 @@ def _run_compile(args) -> int:
 
 def _markdown(table: str, command: str) -> str:
     return ("# Static resource report\n\n"
-            "Every shipped generated kernel with its arch default config (and every config in "
-            "`tuned_configs/`), compiled ahead of time on a CPU for sm90 (`GPUTarget(\"cuda\", 90, 32)`) and "
-            "gfx942 (`GPUTarget(\"hip\", \"gfx942\", 64)`).\n\n"
+            "Every shipped generated kernel (the unfolded scalar baselines included) with its arch default "
+            "config (and every config in `tuned_configs/`), compiled ahead of time on a CPU for sm90 "
+            "(`GPUTarget(\"cuda\", 90, 32)`) and gfx942 (`GPUTarget(\"hip\", \"gfx942\", 64)`), with triton "
+            f"{static.triton.__version__} (torch {static.torch.__version__}). The CI gate compiles with the triton "
+            "of `requirements-static.txt` (`.venv-static`), the version the GPU machines run and tune with; "
+            "figures differ between Triton versions.\n\n"
             f"Produced by `{command}`.\n\n" + table)
 
 
+def _interpreter() -> str:
+    """How to name this interpreter in a reproducible command: relative to the repo when inside it."""
+    exe = os.path.abspath(sys.executable)
+    root = str(static.REPO_ROOT) + os.sep
+    return exe[len(root):] if exe.startswith(root) else "python"
+
+
 def _run_report(args, argv: list[str]) -> int:
-    command = "python -m codegen.static_cli " + " ".join(shlex.quote(a) for a in argv)
+    command = f"{_interpreter()} -m codegen.static_cli " + " ".join(shlex.quote(a) for a in argv)
     rows, table = static.report(jobs=args.jobs, use_cache=not args.no_cache)
     print(table, end="")
     if args.json_path:

@@ -27,11 +27,52 @@ def _ids(launches):
 
 
 def test_shipped_set_covers_every_module():
-    covered = {(launch.arch, launch.kernel, launch.scale_mode) for launch in SHIPPED}
-    missing = [v.name for v in all_variants() if (v.arch, v.kernel, v.scale_mode) not in covered]
+    covered = {launch.variant for launch in SHIPPED}
+    missing = [v.name for v in all_variants() if v.name not in covered]
     assert not missing, f"generated modules without a shipped launch to gate: {missing}"
-    splits = {launch.config.num_splits > 1 for launch in SHIPPED if launch.kernel == "decode_split"}
-    assert splits == {True, False}, "decode must be gated with one split and with several"
+    assert any(name.endswith("_unfolded") for name in covered)  # the unfolded baselines are gated too
+    for fold_scales in (True, False):
+        splits = {launch.config.num_splits > 1 for launch in SHIPPED
+                  if launch.kernel == "decode_split" and launch.fold_scales is fold_scales}
+        assert splits == {True, False}, "decode must be gated with one split and with several"
+
+
+def test_unfolded_launch_compiles_the_unfolded_module():
+    folded = static.StaticLaunch("sm90", "prefill", "scalar", "fp8", 16, 1, LaunchConfig())
+    unfolded = static.StaticLaunch("sm90", "prefill", "scalar", "fp8", 16, 1, LaunchConfig(), fold_scales=False)
+    assert unfolded.variant == "sm90_prefill_scalar_unfolded" and folded.variant == "sm90_prefill_scalar"
+    assert unfolded.module().__name__ == "codegen.generated.sm90_prefill_scalar_unfolded"
+    assert unfolded.id.startswith("sm90_prefill_scalar_unfolded-")
+    assert static.compile_inputs(unfolded).key != static.compile_inputs(folded).key
+    launches = static.launches_for("gfx942", "decode", "scalar", "fp8", 8, 1, LaunchConfig(num_splits=4),
+                                   fold_scales=False)
+    assert [launch.variant for launch in launches] == ["gfx942_decode_split_scalar_unfolded",
+                                                       "gfx942_decode_merge_scalar_unfolded"]
+    with pytest.raises(ValueError, match="fold_scales"):  # only the scalar mode has an unfolded baseline
+        static.StaticLaunch("sm90", "prefill", "none", "bf16", 16, 1, LaunchConfig(), fold_scales=False)
+    with pytest.raises(TypeError, match="fold_scales"):
+        static.StaticLaunch("sm90", "prefill", "scalar", "fp8", 16, 1, LaunchConfig(), fold_scales=0)
+
+
+def test_check_launch_as_the_tuner_calls_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(static.CACHE_ENV, str(tmp_path))
+    config = LaunchConfig(num_splits=2)  # codegen.tuning.trial.static_problems: positional, head_dim/topk keywords
+    reports = static.check_launch("sm90", "decode", "scalar", "fp8", 16, 1, config, head_dim=128, topk=16)
+    assert [r.variant for r in reports] == ["sm90_decode_split_scalar", "sm90_decode_merge_scalar"]
+    assert all(isinstance(r.problems, tuple) for r in reports)
+    unfolded = static.check_launch("sm90", "decode", "scalar", "fp8", 16, 1, config, head_dim=128, topk=16,
+                                   fold_scales=False)
+    assert [r.variant for r in unfolded] == ["sm90_decode_split_scalar_unfolded", "sm90_decode_merge_scalar_unfolded"]
+
+
+def test_exception_can_single_out_the_unfolded_baseline():
+    report = static.compile_report("sm90", "decode_merge", "scalar", "fp8", 8, 1, LaunchConfig(num_splits=4),
+                                   fold_scales=False)
+    assert report.variant == "sm90_decode_merge_scalar_unfolded" and not report.fold_scales
+    problem = "register spills: 4 bytes of spill stores (limit 0)"
+    entry = {"scale_mode": "scalar", "fold_scales": False, "reason": "test"}
+    assert static._exception_matches(entry, report, problem)
+    assert not static._exception_matches(dict(entry, fold_scales=True), report, problem)
 
 
 @pytest.mark.parametrize("launch", SHIPPED, ids=_ids(SHIPPED))
@@ -48,7 +89,7 @@ def test_exceptions_file_is_valid():
 
 # A [BLOCK_M, HEAD_DIM] bf16 tile with BLOCK_M = 1024 query-head rows is 256 KB of shared memory on its
 # own: more than the 227 KB an sm90 block may have. 512 rows (128 KB) overflow the 64 KB LDS of gfx942.
-# (Wide GQA keeps these compiles at 1-4 s; prefill block_t=16 with 64/4 heads reaches 96 KB on sm90.)
+# (Wide GQA keeps these compiles at 1-4 s; prefill block_t=16 with 64/4 heads reaches only 80 KB on sm90.)
 OVERFLOWS = [
     ("sm90", 1024, LaunchConfig(block_n=16, num_warps=16, num_stages=1)),
     ("gfx942", 512, LaunchConfig(block_n=16, num_warps=16, num_stages=1)),
@@ -65,6 +106,24 @@ def test_shared_memory_overflow_is_rejected_with_figures(arch, num_q_heads, conf
     overflow = [p for p in report.problems if static.LIMITS[arch].shared_name in p]
     assert overflow, report.summary()
     assert str(report.shared_bytes) in overflow[0] and str(limit) in overflow[0], overflow[0]
+
+
+# One warp (sm90) / one wave (gfx942) holding a 128-key tile for 16 query-head rows (and 4 query tokens in
+# prefill) needs far more than 255 registers per thread / 512 VGPRs per wave: both spill, under triton 3.6
+# (the CI gate's version; thousands of bytes on sm90, ~200 VGPRs on gfx942) as under later versions.
+SPILLS = [
+    ("sm90", "decode", LaunchConfig(block_n=128, num_warps=1, num_stages=1, num_splits=1)),
+    ("gfx942", "prefill", LaunchConfig(block_n=128, block_t=4, num_warps=1, num_stages=1)),
+]
+
+
+@pytest.mark.parametrize("arch,kernel,config", SPILLS, ids=[a for a, _, _ in SPILLS])
+def test_register_spills_are_rejected_with_figures(arch, kernel, config):
+    report = static.check_launch(arch, kernel, "scalar", "fp8", 64, 4, config)[0]
+    assert report.spill and report.spill > 0, report.summary()
+    assert not report.ok
+    spills = [p for p in report.problems if "spill" in p]
+    assert spills and str(report.spill) in spills[0], report.summary()
 
 
 def test_misspelled_option_is_an_error():
@@ -105,6 +164,19 @@ def test_cli_compile_prints_one_report(tmp_path, monkeypatch, capsys):
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and len(out) == 1
     assert out[0]["variant"] == "sm90_decode_merge_none" and out[0]["ok"] and out[0]["use_pdl"]
+
+
+def test_cli_compile_unfolded(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(static.CACHE_ENV, str(tmp_path))
+    code = cli_main(["compile", "--arch", "sm90", "--kernel", "decode", "--scale-mode", "scalar", "--unfolded",
+                     "--kv-dtype", "fp8", "--heads", "8/1", "--config", '{"num_splits": 2}', "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    assert [r["variant"] for r in out] == ["sm90_decode_split_scalar_unfolded", "sm90_decode_merge_scalar_unfolded"]
+    assert all(r["fold_scales"] is False for r in out)
+    code = cli_main(["compile", "--arch", "sm90", "--kernel", "prefill", "--scale-mode", "none", "--unfolded",
+                     "--kv-dtype", "bf16", "--heads", "8/1"])
+    assert code == 2 and "fold_scales" in capsys.readouterr().err
 
 
 def test_launch_mimics_a_real_jit_specialization():
@@ -158,37 +230,42 @@ def _record_launch(monkeypatch, launch):
     common = dict(arch=launch.arch, num_q_heads=launch.num_q_heads, num_kv_heads=launch.num_kv_heads,
                   kv_dtype=launch.kv_dtype, scale_mode=launch.scale_mode, q_dtype=torch.bfloat16)
     recorders = {}
+    fold = launch.fold_scales
     for kernel in ("prefill", "decode_split", "decode_merge"):
-        module = load_module(launch.arch, kernel, launch.scale_mode)
+        module = load_module(launch.arch, kernel, launch.scale_mode, fold)
         recorders[kernel] = _RecordingKernel()
         monkeypatch.setattr(module, module.KERNEL.__name__, recorders[kernel])
     cfg = launch.config
     if launch.kernel == "prefill":
         a = cases.prefill_case(q_lens=[40, 7, 130], prefix_lens=[1900, 0, 900], **common).args
-        load_module(launch.arch, "prefill", launch.scale_mode).launch(
+        load_module(launch.arch, "prefill", launch.scale_mode, fold).launch(
             a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["cu_seqlens_q"], a["seq_lens"], a["prefix_lens"],
             a["max_query_len"], a["num_kv_heads"], a["sm_scale"], a["output"], a["k_scale"], a["v_scale"], cfg)
     else:
         a = cases.decode_case(seq_lens=[2000, 130, 1500, 1900], **common).args
-        parts = load_module(launch.arch, "decode_split", launch.scale_mode).launch(
+        parts = load_module(launch.arch, "decode_split", launch.scale_mode, fold).launch(
             a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["seq_lens"], a["num_kv_heads"], a["sm_scale"],
             a["output"], a["decode_query_len"], a["k_scale"], a["v_scale"], a["query_start_loc"],
             a["token_to_req_indices"], cfg, launch.use_pdl)
         if parts is not None:
-            load_module(launch.arch, "decode_merge", launch.scale_mode).launch(
+            load_module(launch.arch, "decode_merge", launch.scale_mode, fold).launch(
                 parts[0], parts[1], a["output"], a["num_kv_heads"], a["v_scale"], cfg, launch.use_pdl)
     return recorders[launch.kernel].calls[0]
 
 
 SPECIALIZATION_PROBES = [
-    static.StaticLaunch(arch, kernel, mode, kv, hq, hkv, cfg, use_pdl=static.runtime_use_pdl(arch, kernel))
+    static.StaticLaunch(arch, kernel, mode, kv, hq, hkv, cfg, use_pdl=static.runtime_use_pdl(arch, kernel),
+                        fold_scales=fold)
     for arch, amd in (("sm90", {}), ("gfx942", {"waves_per_eu": 2, "matrix_instr_nonkdim": 16}))
-    for kernel, mode, kv, hq, hkv, cfg in (
-        ("prefill", "scalar", "fp8", 64, 4, LaunchConfig(block_t=4, **amd)),
-        ("prefill", "none", "bf16", 8, 1, LaunchConfig(**amd)),
-        ("decode_split", "per_token_head", "fp8", 64, 4, LaunchConfig(num_splits=1, **amd)),
-        ("decode_split", "scalar", "fp8", 16, 1, LaunchConfig(num_splits=4, **amd)),
-        ("decode_merge", "scalar", "fp8", 64, 4, LaunchConfig(num_splits=4, **amd)),
+    for kernel, mode, kv, hq, hkv, cfg, fold in (
+        ("prefill", "scalar", "fp8", 64, 4, LaunchConfig(block_t=4, **amd), True),
+        ("prefill", "none", "bf16", 8, 1, LaunchConfig(**amd), True),
+        ("decode_split", "per_token_head", "fp8", 64, 4, LaunchConfig(num_splits=1, **amd), True),
+        ("decode_split", "scalar", "fp8", 16, 1, LaunchConfig(num_splits=4, **amd), True),
+        ("decode_merge", "scalar", "fp8", 64, 4, LaunchConfig(num_splits=4, **amd), True),
+        ("prefill", "scalar", "fp8", 16, 1, LaunchConfig(block_t=2, **amd), False),
+        ("decode_split", "scalar", "fp8", 64, 4, LaunchConfig(num_splits=4, **amd), False),
+        ("decode_merge", "scalar", "fp8", 16, 1, LaunchConfig(num_splits=4, **amd), False),
     )
 ]
 
@@ -200,7 +277,7 @@ def test_specialization_matches_the_jit(monkeypatch, launch):
     if not hasattr(jit, "create_function_from_signature") or not hasattr(jit.JITFunction, "_pack_args"):
         pytest.skip("this triton has no create_function_from_signature/_pack_args to compare with")
     args, kwargs = _record_launch(monkeypatch, launch)
-    fn = static._jit_function(static.load_module(launch.arch, launch.kernel, launch.scale_mode).KERNEL)
+    fn = static._jit_function(launch.module().KERNEL)
     backend = compiler.make_backend(static.target_of(launch.arch))
     binder = jit.create_function_from_signature(fn.signature, fn.params, backend)
     bound, specialization, options = binder(*args, **kwargs)
