@@ -6,7 +6,7 @@ bytes/s against a device copy and useful FLOP/s against a bf16 matmul, both meas
 
   python benchmarks/bench.py --quick                  # a few headline cases
   python benchmarks/bench.py --out results/h200       # the full serving grid (JSON, table, PNGs)
-  python benchmarks/bench.py --configs default '{"block_n": 128}'   # compare launch configs
+  python benchmarks/bench.py --configs runtime '{"block_n": 128}'   # compare launch configs
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import triton
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from codegen import LaunchConfig, cases, get_config  # noqa: E402
+from codegen.configs import default_config  # noqa: E402
 from codegen.timing import copy_bandwidth, graph_time, matmul_flops  # noqa: E402
 from codegen.validate import detect_device_arch  # noqa: E402
 from codegen.workload import min_bytes, useful_flops  # noqa: E402
@@ -62,15 +63,26 @@ def build(spec: Spec, arch: str, seed: int) -> cases.Case:
 
 
 def grid(quick: bool) -> list[Spec]:
-    if quick:
+    if quick:  # the issue's headline targets and their neighbours
         return [
             Spec("decode", "tp4", "scalar", 1, 1, 8192),
+            Spec("decode", "tp4", "per_token_head", 1, 1, 8192),
+            Spec("decode", "tp4", "scalar", 32, 1, 8192),
             Spec("decode", "tp4", "scalar", 128, 1, 8192),
+            Spec("decode", "tp4", "per_token_head", 128, 1, 8192),
             Spec("decode", "tp1", "scalar", 128, 1, 8192),
             Spec("decode", "tp1", "per_token_head", 128, 1, 8192),
+            Spec("decode", "tp1", "none", 128, 1, 8192),
+            Spec("decode", "tp1", "scalar", 128, 4, 128 * 1024),
+            Spec("decode", "tp8", "scalar", 256, 1, 128 * 1024),
             Spec("prefill", "tp1", "scalar", 1, 8192, 0, "correlated"),
+            Spec("prefill", "tp1", "per_token_head", 1, 8192, 0, "correlated"),
             Spec("prefill", "tp4", "scalar", 1, 8192, 0, "correlated"),
+            Spec("prefill", "tp4", "per_token_head", 1, 8192, 0, "correlated"),
+            Spec("prefill", "tp1", "scalar", 1, 8192, 120 * 1024, "random"),
             Spec("prefill", "tp4", "scalar", 1, 8192, 120 * 1024, "random"),
+            Spec("prefill", "tp4", "per_token_head", 1, 8192, 120 * 1024, "random"),
+            Spec("prefill", "tp8", "none", 4, 2048, 0, "correlated"),
         ]
     specs = []
     for mode in MODES:
@@ -86,13 +98,20 @@ def grid(quick: bool) -> list[Spec]:
     return specs
 
 
-def resolve(config_arg: str, spec: Spec, arch: str, case: cases.Case) -> LaunchConfig | None:
-    if config_arg == "default":
-        return None  # what the runtime picks (tuned if a file matches, else the arch default)
-    return dataclasses.replace(
-        get_config(spec.kernel, arch, torch.cuda.get_device_name(), spec.mode, MODES[spec.mode],
-                   LAYOUTS[spec.layout][0], LAYOUTS[spec.layout][1], case.args["q"].shape[0]).config,
-        **json.loads(config_arg))
+def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[LaunchConfig | None, bool]:
+    """(config, fold_scales) of a column: 'runtime' (what the loader picks: tuned when a file matches),
+    'untuned' (the arch default), 'unfolded' (runtime config, the seed's unfolded scalar rendering),
+    or a JSON object overriding fields of the runtime config."""
+    hq, hkv = LAYOUTS[spec.layout]
+    choice = get_config(spec.kernel, arch, torch.cuda.get_device_name(), spec.mode, MODES[spec.mode], hq, hkv,
+                        case.args["q"].shape[0])
+    if variant == "runtime":
+        return choice.config, True
+    if variant == "untuned":
+        return default_config(arch, spec.kernel, num_tokens=case.args["q"].shape[0], num_kv_heads=hkv), True
+    if variant == "unfolded":
+        return choice.config, False
+    return dataclasses.replace(choice.config, **json.loads(variant)), True
 
 
 def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int, l2_bytes: int) -> list[dict]:
@@ -102,13 +121,17 @@ def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int, l2_bytes
     sets = [first] + [build(spec, arch, seed=s) for s in range(1, n_sets)]
     rows = []
     for config_arg in config_args:
-        config = resolve(config_arg, spec, arch, first)
+        config, fold = resolve(config_arg, spec, arch, first)
+        if not fold and spec.mode != "scalar":
+            continue  # the unfolded baseline exists for scalar scales only
         try:
-            timing = graph_time([lambda c=sets[i % n_sets]: cases.run_kernel(c, config=config) for i in range(calls)])
+            # Prefill calls run for milliseconds: fewer replays give as stable a median.
+            timing = graph_time([lambda c=sets[i % n_sets]: cases.run_kernel(c, config=config, fold_scales=fold)
+                                 for i in range(calls)], replays=30 if spec.kernel == "decode" else 8)
         except Exception as exc:  # a config that cannot run is reported, not fatal
             rows.append(dict(case=spec.label, config=config_arg, error=f"{type(exc).__name__}: {exc}"[:200]))
             continue
-        rows.append(dict(case=spec.label, spec=dataclasses.asdict(spec), config=config_arg,
+        rows.append(dict(case=spec.label, spec=dataclasses.asdict(spec), config=config_arg, launch=config.to_dict(),
                          time_us=timing.median_us, p10_us=timing.p10_us, p90_us=timing.p90_us,
                          calls=calls, input_sets=n_sets, bytes=nbytes, flops=flops))
     del sets
@@ -119,8 +142,9 @@ def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int, l2_bytes
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a few headline cases instead of the full grid")
-    parser.add_argument("--configs", nargs="+", default=["default"],
-                        help="'default' or JSON overrides of the runtime's config, one column each")
+    parser.add_argument("--configs", nargs="+", default=["runtime", "untuned", "unfolded"],
+                        help="columns: runtime (tuned when a file matches), untuned (arch default), unfolded "
+                             "(the seed's baseline, scalar only), or JSON overrides of the runtime config")
     parser.add_argument("--calls", type=int, default=20, help="calls captured per graph")
     parser.add_argument("--filter", default="", help="only cases whose label contains this text")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="folder for bench.json and the PNG plots")

@@ -82,3 +82,22 @@ def test_decode_cuda_graph_replay(arch):
     torch.cuda.synchronize()
     result = compare(case.output, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
     assert result.ok, str(result)
+
+
+@pytest.mark.parametrize("kernel", ["prefill", "decode"])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_unfolded_baseline_gpu(arch, kernel, layout):
+    """The seed's unfolded scalar rendering, which the benchmark compares against."""
+    hq, hkv = LAYOUTS[layout]
+    kw = dict(arch=arch, num_q_heads=hq, num_kv_heads=hkv, q_dtype=torch.bfloat16, device="cuda", seed=3)
+    if kernel == "prefill":
+        case = cases.prefill_case(q_lens=[40, 130], prefix_lens=[3000, 900], **kw)
+    else:
+        case = cases.decode_case(seq_lens=[9000, 130, 2100], **kw)
+    for config in (LaunchConfig(block_n=64), LaunchConfig(block_n=64, block_t=4) if kernel == "prefill"
+                   else LaunchConfig(block_n=64, num_splits=4)):
+        case.poison()
+        out = cases.run_kernel(case, config=config, fold_scales=False)
+        torch.cuda.synchronize()
+        result = compare(out, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
+        assert result.ok, str(result)
