@@ -146,7 +146,7 @@ def main(argv=None) -> int:
                         help="columns: runtime (tuned when a file matches), untuned (arch default), unfolded "
                              "(the seed's baseline, scalar only), or JSON overrides of the runtime config")
     parser.add_argument("--calls", type=int, default=20, help="calls captured per graph")
-    parser.add_argument("--filter", default="", help="only cases whose label contains this text")
+    parser.add_argument("--filter", nargs="+", default=[""], help="only cases whose label contains one of these")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="folder for bench.json and the PNG plots")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
           f"copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s")
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 60 * 2 ** 20)
     rows = []
-    specs = [s for s in grid(args.quick) if args.filter in s.label]
+    specs = [s for s in grid(args.quick) if any(f in s.label for f in args.filter)]
     header = f"{'case':58s} {'config':>18s} {'us/call':>9s} {'%HBM':>6s} {'%bf16':>6s}"
     print(header)
     for spec in specs:

@@ -1,0 +1,44 @@
+"""Markdown table of a bench.json, one row per case and one column per config.
+
+  python benchmarks/report.py results/h200/bench/bench.json
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def markdown(doc: dict) -> str:
+    env, rows = doc["env"], [r for r in doc["rows"] if "error" not in r]
+    columns = list(dict.fromkeys(r["config"] for r in rows))
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    by = {(r["case"], r["config"]): r for r in rows}
+    head = ["case"] + [f"{c} us" for c in columns] + ["runtime % of floor", "untuned / runtime", "unfolded / runtime"]
+    lines = [
+        f"{env['gpu']} ({env['arch']}), torch {env['torch']}, triton {env['triton']}, {env['date']}; "
+        f"ceilings measured in the same run: copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, "
+        f"bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s. Command: `{env['command']}`.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for case in cases:
+        cells = [case]
+        for c in columns:
+            r = by.get((case, c))
+            cells.append(f"{r['time_us']:.1f}" if r else "-")
+        run = by.get((case, "runtime"))
+        if run:
+            floor = run["hbm_fraction"] if case.startswith("decode") else run["bf16_fraction"]
+            cells.append(f"{100 * floor:.1f}% {'HBM' if case.startswith('decode') else 'bf16'}")
+        else:
+            cells.append("-")
+        for other in ("untuned", "unfolded"):
+            r = by.get((case, other))
+            cells.append(f"{r['time_us'] / run['time_us']:.2f}x" if r and run else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(json.load(open(sys.argv[1]))))
