@@ -9,13 +9,21 @@ to tuned_configs/<arch>__<DEVICE>.json (atomic, merged per table), which the run
   msa-tune                                   # the default grid on the current GPU
   msa-tune --list                            # what would be tuned and which file is written
   msa-tune --kernels decode --modes scalar:fp8 --layouts tp4 --decode-buckets 1,64
-  msa-tune --storage postgresql://user@host/db   # one study shared by workers on many GPUs/hosts
+  msa-tune --storage postgresql+psycopg://user@host/db   # studies shared by workers on many GPUs/hosts
+  msa-tune status --storage URL              # per bucket: trials done/running/failed, best, workers alive
+  msa-tune export --storage URL              # rebuild tuned_configs/*.json from the finished studies
+
+Any number of workers may run the same command against one --storage (one process per GPU, on one
+host or many): each bucket's study is worked by whoever is free, no config is measured twice, and
+the worker that finishes a bucket's confirmation writes it to the JSON (docs/multi-gpu-tuning.md).
+Exit codes: 0 done, 2 bad arguments, 3 the study database cannot be reached or was lost.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import pathlib
@@ -59,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runner", default=None, help=argparse.SUPPRESS)  # module:function, for tests
     p.add_argument("--heartbeat", type=int, default=10,
                    help="seconds between trial heartbeats; a trial silent for 3 beats is failed and retried")
+    p.add_argument("--db-retries", type=int, default=5,
+                   help="retries of a database call that lost its connection, with backoff 1, 2, 4, ... s "
+                        "(default %(default)s); then the worker stops with exit code 3")
+    p.add_argument("--db-retry-seconds", type=float, default=30.0,
+                   help="at most this long waiting for the database per call (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--list", action="store_true", help="print the buckets and the output file, then exit")
     p.add_argument("--write-defaults", metavar="DEVICE_NAME", default=None,
@@ -119,13 +132,19 @@ def _device(args) -> tuple[str, str, dict]:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["status"], ["export"]):
+        from codegen.tuning import status
+
+        return status.main(argv)
     args = _parser().parse_args(argv)
     if args.interpret:
         os.environ["TRITON_INTERPRET"] = "1"
     from codegen import tuned_store
     from codegen.loader import current_inputs_sha256
     from codegen.tuning import buckets as B
-    from codegen.tuning.study import BucketResult, Preparer, TuneSettings, tune_bucket
+    from codegen.tuning.study import (BUSY, TUNER_ID, BucketResult, Preparer, StorageUnavailable, TunerState,
+                                      TuneSettings, display_url, tune_bucket)
     from codegen.tuning.worker import DEFAULT_RUNNER, TrialWorker
 
     def grid_for(arch, device):
@@ -150,17 +169,17 @@ def main(argv=None) -> int:
             from codegen.configs import LaunchConfig
 
             candidates = [LaunchConfig.from_dict(c, what="--candidates[]") for c in json.loads(args.candidates)]
+        if args.db_retries < 0 or args.db_retry_seconds < 0 or args.heartbeat < 1:
+            raise ValueError("--db-retries and --db-retry-seconds must be >= 0, --heartbeat >= 1")
     except (ValueError, TypeError) as exc:
         print(f"msa-tune: {exc}", file=sys.stderr)
         return 2
     out_dir = args.out or tuned_store.REPO_CONFIG_DIR
     out_path = out_dir / tuned_store.file_name(arch, device_name)
     storage = args.storage or f"sqlite:///{pathlib.Path('tune_studies').resolve() / (out_path.stem + '.db')}"
-    if storage.startswith("sqlite:///"):
-        pathlib.Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     print(f"msa-tune: {device_name} ({arch}, normalized {device}), triton {versions['triton']}, torch {versions['torch']}")
     print(f"msa-tune: will write {out_path}")
-    print(f"msa-tune: studies in {storage}")
+    print(f"msa-tune: studies in {display_url(storage)}")
     print(f"msa-tune: {len(grid)} buckets, up to {args.trials} trials each")
     if args.list:
         for b in grid:
@@ -176,36 +195,84 @@ def main(argv=None) -> int:
                             static_check=not args.no_static_check and not args.interpret, seed=args.seed,
                             heartbeat_s=args.heartbeat,
                             deadline=(time.monotonic() + args.time_budget) if args.time_budget else None,
-                            candidates=candidates)
+                            candidates=candidates, db_retries=args.db_retries, db_retry_s=args.db_retry_seconds)
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    try:
+        if storage.startswith("sqlite:///"):
+            try:
+                pathlib.Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StorageUnavailable(storage, f"cannot create its folder: {exc}", at_startup=True) from None
+        state = TunerState(settings, log=log)  # connects now: an unreachable database stops us here
+    except StorageUnavailable as exc:
+        print(f"msa-tune: {exc}", file=sys.stderr)
+        return 3
+    except ValueError as exc:
+        print(f"msa-tune: {exc}", file=sys.stderr)
+        return 2
+    print(f"msa-tune: worker {TUNER_ID}", flush=True)
     env = {"TRITON_INTERPRET": "1"} if args.interpret else {}
     worker = TrialWorker(settings.runner, env)
     preparer = Preparer(workers, static=settings.static_check, precompile=not args.interpret)
     started = time.monotonic()
     results: list[BucketResult] = []
+    sources: dict = {}
+    pending = list(enumerate(grid, 1))
+    announced: set[int] = set()
     try:
-        for i, bucket in enumerate(grid, 1):
-            if settings.deadline and time.monotonic() > settings.deadline:
-                print(f"msa-tune: time budget spent after {i - 1}/{len(grid)} buckets; re-run the same command to resume")
+        while pending:
+            progressed = False
+            for item in list(pending):
+                i, bucket = item
+                if settings.deadline and time.monotonic() > settings.deadline:
+                    break
+                key = (arch, bucket.kernel, bucket.scale_mode)
+                if key not in sources:
+                    sources[key] = current_inputs_sha256(*key)
+                inputs = sources[key]
+                if i not in announced:
+                    announced.add(i)
+                    print(f"[{i}/{len(grid)}] {bucket.label}", flush=True)
+                publish = functools.partial(_write, out_path, arch, device_name, inputs=inputs, versions=versions,
+                                            args=args, argv=argv)
+                outcome = tune_bucket(bucket, bucket.study_name(inputs, versions["triton"]), settings, worker,
+                                      preparer, log=log, state=state, publish=publish)
+                if outcome == BUSY:
+                    continue
+                pending.remove(item)
+                progressed = True
+                if isinstance(outcome, BucketResult):
+                    results.append(outcome)
+                else:
+                    print(f"  {bucket.label}: already finished (by another worker or an earlier run)", flush=True)
+            if pending and settings.deadline and time.monotonic() > settings.deadline:
+                print(f"msa-tune: time budget spent with {len(pending)}/{len(grid)} buckets left; "
+                      f"re-run the same command to resume", flush=True)
                 break
-            inputs = current_inputs_sha256(arch, bucket.kernel, bucket.scale_mode)
-            print(f"[{i}/{len(grid)}] {bucket.label}", flush=True)
-            result = tune_bucket(bucket, bucket.study_name(inputs, versions["triton"]), settings, worker, preparer,
-                                 log=lambda line: print(line, flush=True))
-            results.append(result)
-            _write(out_path, arch, device_name, result, inputs, versions, args)
+            if pending and not progressed:  # every bucket left is in other workers' hands: look again soon
+                time.sleep(min(1.0, settings.heartbeat_s))
+    except StorageUnavailable as exc:
+        print(_table(results, time.monotonic() - started))
+        print(state.report(), flush=True)
+        print(f"msa-tune: {exc}", file=sys.stderr, flush=True)
+        return 3
     finally:
         worker.close()
         preparer.close()
+        state.close()
     print(_table(results, time.monotonic() - started))
+    print(state.report(), flush=True)
     return 0
 
 
-def _write(out_path, arch, device_name, result, inputs, versions, args) -> None:
+def _write(out_path, arch, device_name, result, *, inputs, versions, args, argv) -> dict:
+    """Writes a finished bucket into the JSON (atomic, under a lock); returns what was written, which
+    the study keeps as its result (`msa-tune export` rebuilds the JSON from those)."""
     from codegen import tuned_store
 
     provenance = dict(measured=True, gpu_name=device_name, arch=arch, inputs_sha256=inputs,
                       date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                      command="msa-tune " + " ".join(sys.argv[1:] if args is not None else []), **versions,
+                      command="msa-tune " + " ".join(argv), **versions,
                       timing=("Triton interpreter wall clock: meaningless as a speed" if args.interpret else
                               "CUDA graph of up to 20 calls on rotating inputs, replay time / calls, median"),
                       workload=dict(decode_context=args.decode_context, prefill_prefix=args.prefill_prefix,
@@ -215,6 +282,9 @@ def _write(out_path, arch, device_name, result, inputs, versions, args) -> None:
                  tuned_us=result.tuned_us, trials=result.trials, failures=result.failures,
                  failure_kinds=result.failure_kinds, note=result.note, study=result.study_name)
     tuned_store.update_table(out_path, arch, device_name, bucket.table_key, provenance, {str(bucket.tokens): entry})
+    print(f"msa-tune: wrote {bucket.label} to {out_path}", flush=True)
+    return dict(arch=arch, device_name=device_name, table_key=bucket.table_key, tokens=bucket.tokens,
+                entry=entry, provenance=provenance)
 
 
 def _table(results, elapsed_s: float) -> str:

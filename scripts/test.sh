@@ -9,6 +9,11 @@ echo "== drift: generated modules vs templates"
 $PY -m codegen render --check
 echo "== interpreter suite (TRITON_INTERPRET=1, fp32 queries)"
 $PY -m pytest -q -n 2 tests/interp
+if [ -n "${MSA_TUNE_TEST_PG_URL:-}" ]; then
+  # .ci/run starts the server (scripts/postgres.sh) and sets the URL; without it these tests are skipped.
+  echo "== shared studies on PostgreSQL: tune.py workers on one database, one killed, one losing it"
+  $PY -m pytest -q -n 2 tests/postgres
+fi
 if [ -d tests/static ]; then
   echo "== static compile gates (sm90 + gfx942, ahead of time, on the GPU image's triton; no interpreter)"
   .venv-static/bin/python -m pytest -q -n 2 tests/static

@@ -1,12 +1,26 @@
-"""One Optuna study per bucket: seed with the default, search, confirm, keep only a real gain."""
+"""One Optuna study per bucket: seed with the default, search, confirm, keep only a real gain.
+
+Any number of workers (one process per GPU, on one host or many) can share the studies of one run
+through one database: every bucket's study is worked by whichever worker is free (ask/tell, with
+claims so that no config runs twice), a worker moves on when the rest of a bucket is being measured
+by others, and exactly one worker, the one that wins the bucket's finish claim, runs the
+confirmation and publishes the result. A worker killed mid-trial stops beating; its trial is failed
+by heartbeat and retried by whoever is free. A worker that loses the database retries with backoff
+(`DbRetry`), then stops with StorageUnavailable, leaving everything recorded so far in place.
+"""
 from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import datetime
+import functools
+import inspect
+import json
 import multiprocessing as mp
 import os
 import socket
 import statistics
+import sys
 import threading
 import time
 import warnings
@@ -19,18 +33,22 @@ from .space import config_key, default_for, enumerate_space, normalize, params_o
 from .worker import DEFAULT_RUNNER, TrialWorker
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-# We drive studies with ask/tell and record heartbeats ourselves (_Heartbeat), which Optuna flags
+# We drive studies with ask/tell and record heartbeats ourselves (_Heartbeats), which Optuna flags
 # as experimental; the warnings say nothing a user can act on.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+warnings.filterwarnings("ignore", category=FutureWarning, module="optuna")
 TUNER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+BUSY = "busy"  # tune_bucket: the rest of this bucket is in other workers' hands for now; come back later
+FINISHED_ELSEWHERE = "finished elsewhere"  # tune_bucket: another worker (or an earlier run) finished it
 
 
 @dataclasses.dataclass
 class TuneSettings:
     storage: str
     trials: int = 40  # evaluated configs per bucket (duplicates not counted)
-    bucket_time_s: float = 300.0
+    bucket_time_s: float = 300.0  # per worker and bucket
     deadline: float | None = None  # time.monotonic() after which no new trial starts
     margin: float = 0.03  # a config replaces the default only when this much faster on confirmation
     tie_tolerance: float = 0.01  # configs within 1% of the best are a tie: the default wins, else the smallest key
@@ -43,6 +61,8 @@ class TuneSettings:
     seed: int = 0
     heartbeat_s: int = 10
     candidates: list | None = None  # search only these LaunchConfigs (plus the default)
+    db_retries: int = 5  # a database call that loses the connection is retried this often ...
+    db_retry_s: float = 30.0  # ... with backoff (1, 2, 4, ... s) for at most this long in all
 
 
 @dataclasses.dataclass
@@ -65,47 +85,421 @@ class BucketResult:
         return None
 
 
-def open_storage(url: str, heartbeat_s: int = 10):
-    """An Optuna RDB storage with heartbeats: a worker killed mid-trial has that trial failed (and
-    retried once) after `3 x heartbeat_s` without a beat."""
-    from optuna.storages import RDBStorage, RetryFailedTrialCallback
+# --- the study database: connection problems, retries, storage ------------------------------------
 
-    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    for attempt in range(5):
-        try:
-            return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
-                              grace_period=3 * heartbeat_s,
-                              heartbeat_stale_trial_callback=RetryFailedTrialCallback(max_retry=1))
-        except Exception:  # noqa: BLE001 - workers starting together race to create the schema: retry
-            if attempt == 4:
-                raise
-            time.sleep(0.5 * (attempt + 1))
+def display_url(url: str) -> str:
+    """The storage URL without its password, for messages."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy can parse: show it as given
+        return url
 
 
-class _Heartbeat:
-    """Records a trial's heartbeat while the worker runs it."""
+def _one_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    text = " ".join(str(orig).split()) or type(orig).__name__
+    return text[:400]
 
-    def __init__(self, storage, trial_id: int, interval_s: int):
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, args=(storage, trial_id, interval_s), daemon=True)
 
-    def _beat(self, storage, trial_id, interval_s):
-        # Beat at once: Optuna only ever fails trials that have a heartbeat on record.
+def connection_problem(exc: BaseException) -> str | None:
+    """Why the database could not be used, when `exc` (or what caused it) is a lost or refused
+    connection (or a locked SQLite file); None for any other error."""
+    import sqlalchemy.exc as sx
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (sx.OperationalError, sx.InterfaceError, sx.DisconnectionError)) or (
+                isinstance(exc, sx.DBAPIError) and exc.connection_invalidated):
+            return _one_line(exc)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class StorageUnavailable(RuntimeError):
+    """The study database could not be reached (at startup) or was lost (mid-run) through every retry."""
+
+    def __init__(self, url: str, reason: str, retries: int = 0, waited_s: float = 0.0, at_startup: bool = False):
+        self.url, self.reason, self.retries, self.waited_s, self.at_startup = url, reason, retries, waited_s, at_startup
+        tried = f" ({retries} retries over {waited_s:.0f} s)" if retries else ""
+        if at_startup:
+            text = f"cannot reach the study database at {display_url(url)}{tried}: {reason}"
+        else:
+            text = (f"lost the study database at {display_url(url)}{tried}. Every trial recorded so far is kept; "
+                    f"re-run the same command to resume. Reason: {reason}")
+        super().__init__(text)
+
+
+@dataclasses.dataclass
+class DbRetry:
+    """Retries a database call that failed for a lost connection: backoff 1, 2, 4, ... s, at most
+    `attempts` retries and `budget_s` seconds of waiting in all; then StorageUnavailable."""
+    url: str
+    attempts: int = 5
+    budget_s: float = 30.0
+    log: object = None  # callable(str); default: stderr
+
+    def _say(self, line: str) -> None:
+        (self.log or (lambda s: print(s, file=sys.stderr, flush=True)))(line)
+
+    def delays(self):
+        waited = 0.0
+        for attempt in range(self.attempts):
+            delay = min(2.0 ** attempt, self.budget_s - waited)
+            if delay <= 0:
+                return
+            waited += delay
+            yield attempt + 1, delay, waited
+
+    def call(self, fn, *args, **kwargs):
+        schedule = self.delays()
+        waited = retries = 0
         while True:
             try:
-                storage.record_heartbeat(trial_id)
-            except Exception:  # noqa: BLE001 - a lost beat only risks a retry elsewhere
-                pass
-            if self._stop.wait(interval_s):
-                return
+                return fn(*args, **kwargs)
+            except StorageUnavailable:
+                raise
+            except Exception as exc:
+                reason = connection_problem(exc)
+                if reason is None:
+                    raise
+                step = next(schedule, None)
+                if step is None:
+                    raise StorageUnavailable(self.url, reason, retries, waited) from exc
+                retries, delay, waited = step
+                self._say(f"msa-tune: study database unreachable ({reason}); retry {retries}/{self.attempts} "
+                          f"in {delay:.0f} s")
+                time.sleep(delay)
 
-    def __enter__(self):
+
+def _retrying_storage_class():
+    """RDBStorage whose every database call goes through DbRetry (the heartbeat recorder excepted:
+    a lost beat is not worth a wait, the next one comes anyway)."""
+    from optuna.storages import RDBStorage
+
+    skip = {"record_heartbeat", "get_heartbeat_interval", "get_heartbeat_stale_trial_callback", "remove_session",
+            "_build_frozen_trial_from_trial_model", "_create_unique_study_name"}
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def method(self, *args, **kwargs):
+            return self.db_retry.call(fn, self, *args, **kwargs)
+        return method
+
+    namespace = {}
+    for name, fn in vars(RDBStorage).items():
+        if (inspect.isfunction(fn) and not name.startswith("__") and name not in skip
+                and "session" not in inspect.signature(fn).parameters):
+            namespace[name] = wrap(_immediate(fn) if name == "set_trial_state_values" else fn)
+
+    def __init__(self, url, *, db_retry, **kwargs):
+        self.db_retry = db_retry
+        RDBStorage.__init__(self, url, **kwargs)
+        _beat_from_the_start(self)
+
+    namespace["__init__"] = __init__
+    return type("RetryingRDBStorage", (RDBStorage,), namespace)
+
+
+def _beat_from_the_start(storage) -> None:
+    """Every trial gets its first heartbeat in the very transaction that makes it RUNNING (a fresh
+    ask, or a queued trial popped). Optuna never fails a trial without a heartbeat on record, so a
+    worker killed between asking and its first beat would otherwise leave a trial that holds its
+    config forever. (If Optuna's models ever move, _fail_orphans still catches those, later.)"""
+    try:
+        import sqlalchemy
+        from optuna.storages._rdb import models
+    except ImportError:
+        return
+    running = optuna.trial.TrialState.RUNNING
+
+    def before_flush(session, _context, _instances):
+        for obj in session.new:  # Optuna flushes every new trial as RUNNING, then sets a template's state
+            if isinstance(obj, models.TrialModel):
+                session.info.setdefault("msa_tune_new_trials", []).append(obj)
+        for obj in session.dirty:  # a queued trial popped
+            if isinstance(obj, models.TrialModel) and obj.state == running and not obj.heartbeats:
+                session.add(models.TrialHeartbeatModel(trial=obj))
+
+    def before_commit(session):
+        for obj in session.info.pop("msa_tune_new_trials", []):
+            if obj.state == running and not obj.heartbeats:  # asked (not queued): beats from now
+                session.add(models.TrialHeartbeatModel(trial=obj))
+
+    def after_transaction_end(session, transaction):
+        if transaction.parent is None:  # the outermost one: committed or rolled back
+            session.info.pop("msa_tune_new_trials", None)
+
+    sqlalchemy.event.listen(storage.scoped_session, "before_flush", before_flush)
+    sqlalchemy.event.listen(storage.scoped_session, "before_commit", before_commit)
+    sqlalchemy.event.listen(storage.scoped_session, "after_transaction_end", after_transaction_end)
+
+
+_RetryingRDBStorage = None
+_SQLITE_HOOKED = False
+_IMMEDIATE = threading.local()
+
+
+def _sqlite_immediate_transactions() -> None:
+    """pysqlite starts a transaction only at its first write, so two workers could both read a
+    queued trial as WAITING and both pop it (and run it twice). Trial state changes on SQLite (popping
+    a queued trial, telling, failing a stale one) therefore open their transaction with BEGIN
+    IMMEDIATE, taking the write lock before the read (waited for up to the 60 s timeout): the
+    read-then-write is atomic, as SELECT ... FOR UPDATE makes it on PostgreSQL."""
+    global _SQLITE_HOOKED
+    if _SQLITE_HOOKED:
+        return
+    import sqlalchemy
+
+    def begin(conn):
+        if getattr(_IMMEDIATE, "on", False) and conn.dialect.name == "sqlite":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    sqlalchemy.event.listen(sqlalchemy.engine.Engine, "begin", begin)
+    _SQLITE_HOOKED = True
+
+
+def _immediate(fn):
+    """Runs `fn` with its SQLite transactions opened by BEGIN IMMEDIATE (see above)."""
+    @functools.wraps(fn)
+    def method(self, *args, **kwargs):
+        if self.engine.name != "sqlite":
+            return fn(self, *args, **kwargs)
+        _IMMEDIATE.on = True
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            _IMMEDIATE.on = False
+    return method
+
+
+def open_storage(url: str, heartbeat_s: int = 10, retry: DbRetry | None = None):
+    """An Optuna RDB storage with heartbeats (a worker killed mid-trial has that trial failed, and
+    retried once, after `3 x heartbeat_s` without a beat) and retries on lost connections.
+    Raises StorageUnavailable (at_startup) when the database cannot be reached, ValueError for a
+    URL that is not one."""
+    global _RetryingRDBStorage
+    import sqlalchemy.exc as sx
+    from optuna.storages import RetryFailedTrialCallback
+
+    retry_cb = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", RetryFailedTrialCallback)
+    if _RetryingRDBStorage is None:
+        _RetryingRDBStorage = _retrying_storage_class()
+    retry = retry or DbRetry(url)
+    if url.startswith("sqlite"):
+        _sqlite_immediate_transactions()
+        engine_kwargs = {"connect_args": {"timeout": 60}}
+    else:
+        engine_kwargs = {"pool_pre_ping": True}
+        if url.startswith("postgresql"):  # libpq: fail a connect within 10 s; notice a dead peer within ~1 min
+            engine_kwargs["connect_args"] = dict(connect_timeout=10, keepalives=1, keepalives_idle=30,
+                                                 keepalives_interval=10, keepalives_count=3)
+    schedule = retry.delays()
+    waited = retries = 0
+    while True:
+        try:
+            return _RetryingRDBStorage(url, db_retry=retry, engine_kwargs=engine_kwargs,
+                                       heartbeat_interval=heartbeat_s, grace_period=3 * heartbeat_s,
+                                       heartbeat_stale_trial_callback=retry_cb(max_retry=1))
+        except ImportError as exc:
+            raise StorageUnavailable(url, f"{exc.__cause__ or exc}: the database driver is not installed (PostgreSQL: pip install "
+                                          f"'psycopg[binary]', i.e. msa-tune[postgres], and a URL "
+                                          f"postgresql+psycopg://...)", at_startup=True) from None
+        except sx.ArgumentError as exc:
+            raise ValueError(f"--storage: not a database URL SQLAlchemy understands: {display_url(url)} ({exc})") from None
+        except (sx.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+            # Refused or lost: retry with backoff. Anything else: workers starting together race to
+            # create the schema (an integrity error for the losers), so that is retried too.
+            reason = connection_problem(exc) or _one_line(exc)
+            step = next(schedule, None)
+            if step is None:
+                raise StorageUnavailable(url, reason, retries, waited, at_startup=True) from None
+            retries, delay, waited = step
+            if connection_problem(exc):
+                retry._say(f"msa-tune: cannot reach the study database yet ({reason}); retry {retries}/"
+                           f"{retry.attempts} in {delay:.0f} s")
+            time.sleep(min(delay, 1.0) if not connection_problem(exc) else delay)
+
+
+class _Heartbeats:
+    """Beats for every trial this worker holds, from the moment it asks for one until it tells it,
+    so a worker killed anywhere in between (preparing, running) has its trials failed and retried."""
+
+    def __init__(self, storage, interval_s: int):
+        self._storage, self._interval = storage, interval_s
+        self._ids: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="msa-tune-heartbeats")
         self._thread.start()
-        return self
 
-    def __exit__(self, *exc):
+    def add(self, trial_id: int) -> None:
+        # Beat at once (and retried): Optuna only ever fails trials that have a heartbeat on record.
+        self._storage.db_retry.call(self._storage.record_heartbeat, trial_id)
+        with self._lock:
+            self._ids.add(trial_id)
+
+    def discard(self, trial_id: int) -> None:
+        with self._lock:
+            self._ids.discard(trial_id)
+
+    def _beat(self):
+        while not self._stop.wait(self._interval):
+            with self._lock:
+                ids = list(self._ids)
+            for trial_id in ids:
+                try:
+                    self._storage.record_heartbeat(trial_id)
+                except Exception:  # noqa: BLE001 - a lost beat only risks a retry elsewhere
+                    pass
+
+    def close(self):
         self._stop.set()
-        self._thread.join()
+        self._thread.join(5)
+
+
+# --- finish claims: one worker confirms and publishes a bucket ------------------------------------
+
+_CLAIM = "finishing"  # study user attr: {"tuner", "beat", "done"}, changed only by compare-and-set
+_RESULT = "result"  # study user attr: the published outcome (what went into the JSON, and how final)
+
+
+def _attrs_table():
+    import sqlalchemy as sa
+
+    return sa.table("study_user_attributes", sa.column("study_id"), sa.column("key"), sa.column("value_json"))
+
+
+def _claim_read(storage, study_id: int) -> str | None:
+    import sqlalchemy as sa
+
+    t = _attrs_table()
+    with storage.engine.connect() as conn:
+        return conn.execute(sa.select(t.c.value_json).where(t.c.study_id == study_id, t.c.key == _CLAIM)).scalar()
+
+
+def _claim_insert(storage, study_id: int, value: str) -> bool:
+    """True when this worker created the claim; False when someone else has one (unique key)."""
+    import sqlalchemy as sa
+    import sqlalchemy.exc as sx
+
+    try:
+        with storage.engine.begin() as conn:
+            conn.execute(sa.insert(_attrs_table()).values(study_id=study_id, key=_CLAIM, value_json=value))
+        return True
+    except sx.IntegrityError:
+        return False
+
+
+def _claim_swap(storage, study_id: int, old: str, new: str) -> bool:
+    """Compare-and-set: the claim becomes `new` only if it still is `old`."""
+    import sqlalchemy as sa
+
+    t = _attrs_table()
+    with storage.engine.begin() as conn:
+        result = conn.execute(sa.update(t).where(t.c.study_id == study_id, t.c.key == _CLAIM, t.c.value_json == old)
+                              .values(value_json=new))
+        return result.rowcount == 1
+
+
+class _FinishClaim:
+    """This worker's hold on finishing one study (confirmation + publishing), kept alive by a beat."""
+
+    def __init__(self, storage, study_id: int, value: str, interval_s: int):
+        self._storage, self._study_id, self.value = storage, study_id, value
+        self._interval = interval_s
+        self._lock = threading.Lock()
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat_loop, daemon=True, name="msa-tune-claim")
+        self._thread.start()
+
+    def _next(self, **changes) -> str:
+        doc = json.loads(self.value)
+        doc["beat"] += 1
+        doc.update(changes)
+        return json.dumps(doc, sort_keys=True)
+
+    def beat(self, **changes) -> bool:
+        with self._lock:
+            if self.lost:
+                return False
+            new = self._next(**changes)
+            if _claim_swap(self._storage, self._study_id, self.value, new):
+                self.value = new
+                return True
+            self.lost = True  # another worker took it over (we looked dead to it)
+            return False
+
+    def _beat_loop(self):
+        while not self._stop.wait(self._interval):
+            try:
+                if not self.beat():
+                    return
+            except Exception:  # noqa: BLE001 - the database is away: the next beat tries again
+                pass
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(5)
+
+
+class TunerState:
+    """What one worker process carries across buckets: the storage, its studies, its counts."""
+
+    def __init__(self, settings: TuneSettings, storage=None, log=print):
+        self.settings = settings
+        self.retry = DbRetry(settings.storage, settings.db_retries, settings.db_retry_s)
+        self.storage = storage or open_storage(settings.storage, settings.heartbeat_s, self.retry)
+        self.heartbeats = _Heartbeats(self.storage, settings.heartbeat_s)
+        self.log = log
+        self.studies: dict[str, tuple] = {}
+        self.bucket_start: dict[str, float] = {}
+        self.claims_seen: dict[int, tuple[str, float]] = {}  # study id -> (claim value, first seen)
+        self.busy_said: set[str] = set()
+        self.trials_run = 0  # trials this worker ran to a recorded outcome (what the database counts)
+        self.confirmations = 0
+        self.finished: list[str] = []  # studies this worker finished and published
+        self.finished_elsewhere: list[str] = []
+
+    def db(self, fn, *args, **kwargs):
+        return self.retry.call(fn, *args, **kwargs)
+
+    def close(self):
+        self.heartbeats.close()
+
+    def report(self) -> str:
+        return (f"msa-tune: worker {TUNER_ID} ran {self.trials_run} trials and {self.confirmations} confirmations; "
+                f"finished {len(self.finished)} buckets here, {len(self.finished_elsewhere)} were finished by "
+                f"other workers or earlier runs")
+
+    def try_claim(self, study_id: int) -> _FinishClaim | None:
+        """The finish claim of a study for this worker, or None while another live worker holds it.
+        A claim is free when absent, released ("done", after an earlier finish), or when its beat
+        has not moved for 3 heartbeats as seen from here (its worker died)."""
+        mine = json.dumps(dict(tuner=TUNER_ID, beat=0, done=False), sort_keys=True)
+        if self.db(_claim_insert, self.storage, study_id, mine):
+            return _FinishClaim(self.storage, study_id, mine, self.settings.heartbeat_s)
+        current = self.db(_claim_read, self.storage, study_id)
+        if current is None:
+            return None  # released between the two reads: the next visit inserts
+        doc = json.loads(current)
+        now = time.monotonic()
+        seen, since = self.claims_seen.get(study_id, (None, now))
+        if seen != current:
+            self.claims_seen[study_id] = (current, now)
+            since = now
+        free = doc.get("done") or doc.get("tuner") == TUNER_ID or now - since > 3 * self.settings.heartbeat_s
+        if not free:
+            return None
+        if doc.get("tuner") != TUNER_ID and not doc.get("done"):
+            self.log(f"  the worker {doc.get('tuner')} that was finishing this bucket stopped beating; taking over")
+        mine = json.dumps(dict(tuner=TUNER_ID, beat=int(doc.get("beat", 0)) + 1, done=False), sort_keys=True)
+        if self.db(_claim_swap, self.storage, study_id, current, mine):
+            return _FinishClaim(self.storage, study_id, mine, self.settings.heartbeat_s)
+        return None
 
 
 def _request(bucket: Bucket, config: LaunchConfig, settings: TuneSettings, check: bool = True) -> dict:
@@ -197,9 +591,69 @@ def _seed(study, bucket: Bucket) -> None:
     study.enqueue_trial(params_of(default_for(bucket), bucket.arch, bucket.kernel, bucket.topk), skip_if_exists=True)
 
 
+_ORPHAN_S = 600
+
+
+def _fail_orphans(study, trials, state: TunerState) -> None:
+    """A trial asked for whose worker died (or lost the database) before its first heartbeat has no
+    heartbeat on record, so Optuna never fails it, and it would hold its config forever. Older than
+    10 minutes (its start is the asking host's clock: generous for skew), it is failed and queued
+    again like a stale one."""
+    import sqlalchemy as sa
+
+    now = datetime.datetime.now()
+    old = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING and t.datetime_start
+           and (now - t.datetime_start).total_seconds() > _ORPHAN_S]
+    if not old:
+        return
+    beats = sa.table("trial_heartbeats", sa.column("trial_id"))
+
+    def with_beats():
+        with state.storage.engine.connect() as conn:
+            ids = [t._trial_id for t in old]
+            return set(conn.execute(sa.select(beats.c.trial_id).where(beats.c.trial_id.in_(ids))).scalars())
+
+    beating = state.db(with_beats)
+    callback = state.storage.get_heartbeat_stale_trial_callback()
+    for t in old:
+        if t._trial_id in beating:
+            continue
+        try:
+            if not state.storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        if callback is not None:
+            callback(study, state.storage.get_trial(t._trial_id))
+
+
+def is_final(result: dict | None, target: int) -> bool:
+    """A published result ends the bucket for a run asking `target` trials, unless that search was
+    cut short by a time budget (a later run resumes it) or asked fewer trials than this run."""
+    return bool(result) and bool(result.get("complete")) and int(result.get("target", 0)) >= target
+
+
 def tune_bucket(bucket: Bucket, study_name: str, settings: TuneSettings, worker: TrialWorker,
-                preparer: Preparer, log=print) -> BucketResult:
-    storage = open_storage(settings.storage, settings.heartbeat_s)
+                preparer: Preparer, log=print, state: TunerState | None = None, publish=None):
+    """Works on one bucket's study until it is finished or the rest of it is in other workers' hands.
+
+    Returns the BucketResult when this worker finished the bucket (confirmation run, then
+    `publish(result)`, whose JSON-able return value is stored in the study as its "result"), BUSY
+    when others are measuring what is left (or finishing it), FINISHED_ELSEWHERE when it was
+    already finished. Raises StorageUnavailable when the database stays unreachable."""
+    own_state = state is None
+    if own_state:
+        state = TunerState(settings, log=log)
+    try:
+        return _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish)
+    finally:
+        if own_state:
+            state.close()
+
+
+def _study_for(bucket, study_name, settings, state):
+    if study_name in state.studies:
+        return state.studies[study_name]
     if settings.candidates is not None:
         space = list({config_key(c): c for c in [default_for(bucket)] + [normalize(c) for c in settings.candidates]}.values())
     else:
@@ -209,49 +663,66 @@ def tune_bucket(bucket: Bucket, study_name: str, settings: TuneSettings, worker:
     sampler = (optuna.samplers.BruteForceSampler(seed=settings.seed) if exhaustive else
                optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, group=True,
                                           n_startup_trials=max(5, settings.trials // 4)))
-    study = optuna.create_study(study_name=study_name, storage=storage, direction="minimize", sampler=sampler,
+    study = optuna.create_study(study_name=study_name, storage=state.storage, direction="minimize", sampler=sampler,
                                 load_if_exists=True)
     _seed(study, bucket)
-    budget_end = time.monotonic() + settings.bucket_time_s
+    if study.user_attrs.get("heartbeat_s") != settings.heartbeat_s:  # for `tune.py status`: when a beat is stale
+        study.set_user_attr("heartbeat_s", settings.heartbeat_s)
+    state.studies[study_name] = (study, space, exhaustive)
+    return state.studies[study_name]
+
+
+def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish):
+    study, space, exhaustive = _study_for(bucket, study_name, settings, state)
+    budget_end = state.bucket_start.setdefault(study_name, time.monotonic()) + settings.bucket_time_s
     target = min(settings.trials, len(space))
     batch = max(1, settings.precompile_workers) if not settings.interpret else 1
     space_keys = {config_key(c): c for c in space}
     duplicates_in_a_row = 0
     while True:
         optuna.storages.fail_stale_trials(study)  # trials of dead workers: failed, retried once
+        if is_final(study.user_attrs.get(_RESULT), target):
+            state.finished_elsewhere.append(study_name)
+            return FINISHED_ELSEWHERE
         trials = study.get_trials(deepcopy=False)
+        _fail_orphans(study, trials, state)
         done, running = _evaluated(trials), _running(trials)
-        now = time.monotonic()
-        if len(done) >= target or now > budget_end or (settings.deadline and now > settings.deadline):
-            break
-        if duplicates_in_a_row > 200:  # the sampler keeps proposing evaluated points: space exhausted
-            break
         known = _claimed_keys(trials)
+        unclaimed = [k for k in space_keys if k not in known] if exhaustive else None
+        now = time.monotonic()
+        cut_short = bool(settings.deadline and now > settings.deadline)
+        search_over = (len(done) >= target or now > budget_end or cut_short or duplicates_in_a_row > 200
+                       or (exhaustive and not unclaimed))
+        if search_over:
+            if running:  # wait for them (or for their heartbeat to go stale) elsewhere
+                return _busy(bucket, study_name, state, log, f"{len(running)} trials still running elsewhere")
+            claim = state.try_claim(study._study_id)
+            if claim is None:
+                return _busy(bucket, study_name, state, log, "another worker is confirming it")
+            return _finish_claimed(bucket, study, study_name, settings, worker, log, state, claim, publish,
+                                   complete=not cut_short, target=target)
         room = target - len(done) - len(running)
         if exhaustive:
             # Queue-driven: every unclaimed point gets exactly one trial, whichever worker pops it.
-            unclaimed = [k for k in space_keys if k not in known]
-            if not unclaimed and not running:
-                break
             waiting = _waiting_keys(trials)
             for key in unclaimed[:batch]:
                 if key not in waiting:
                     study.enqueue_trial(params_of(space_keys[key], bucket.arch, bucket.kernel, bucket.topk))
             room = min(room, len(unclaimed))
-        if room <= 0:  # the rest is being measured by other workers: wait for them (or their heartbeat)
-            time.sleep(min(1.0, settings.heartbeat_s))
-            continue
+        if room <= 0:  # the rest is being measured by other workers
+            return _busy(bucket, study_name, state, log, f"the last {len(running)} trials are running elsewhere")
+        state.busy_said.discard(study_name)
         pending = []
         for _ in range(min(batch, room)):
             trial = study.ask()
+            state.heartbeats.add(trial._trial_id)
             config = suggest(trial, bucket.arch, bucket.kernel, bucket.topk)
             key = config_key(config)
             trial.set_user_attr("config_key", key)
             trial.set_user_attr("config", config.to_dict())
             trial.set_user_attr("tuner", TUNER_ID)
             if key in known or (exhaustive and key not in space_keys):
-                trial.set_user_attr("duplicate", True)
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                _tell(study, trial, state, duplicate=True)
                 duplicates_in_a_row += 1
                 continue
             duplicates_in_a_row = 0
@@ -260,32 +731,70 @@ def tune_bucket(bucket: Bucket, study_name: str, settings: TuneSettings, worker:
         current = study.get_trials(deepcopy=False)
         for trial, config in list(pending):
             if _taken_by_an_earlier_trial(trial, config_key(config), current):
-                trial.set_user_attr("duplicate", True)
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                _tell(study, trial, state, duplicate=True)
                 pending.remove((trial, config))
         problems = preparer([_request(bucket, c, settings) for _, c in pending])
         for (trial, config), found in zip(list(pending), problems):
             if found:
-                _fail(study, trial, "static", "; ".join(found))
+                _tell(study, trial, state, failure=("static", "; ".join(found)), log=log, bucket=bucket)
                 pending.remove((trial, config))
         for trial, config in pending:
-            with _Heartbeat(storage, trial._trial_id, settings.heartbeat_s):
-                result = worker.run(_request(bucket, config, settings), settings.trial_timeout_s)
+            result = worker.run(_request(bucket, config, settings), settings.trial_timeout_s)
             if result.get("ok"):
-                for name in ("p10_us", "p90_us", "rel_l2", "max_abs", "calls", "replays"):
-                    if name in result:
-                        trial.set_user_attr(name, result[name])
-                study.tell(trial, result["time_us"])
+                _tell(study, trial, state, value=result["time_us"], log=log, bucket=bucket,
+                      attrs={n: result[n] for n in ("p10_us", "p90_us", "rel_l2", "max_abs", "calls", "replays")
+                             if n in result})
             else:
-                _fail(study, trial, result.get("kind", "error"), result.get("message", ""))
+                _tell(study, trial, state, failure=(result.get("kind", "error"), result.get("message", "")),
+                      log=log, bucket=bucket)
         log(_progress(bucket, study))
-    return _finish(bucket, study, study_name, settings, worker, log)
 
 
-def _fail(study, trial, kind: str, message: str) -> None:
-    trial.set_user_attr("failure", kind)
-    trial.set_user_attr("failure_message", message[:1000])
-    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+def _busy(bucket, study_name, state, log, why: str) -> str:
+    if study_name not in state.busy_said:
+        state.busy_said.add(study_name)
+        log(f"  {bucket.label}: {why}; moving on (back later)")
+    return BUSY
+
+
+def _tell(study, trial, state: TunerState, *, value=None, failure=None, duplicate=False, attrs=None, log=None,
+          bucket=None) -> None:
+    """Records a trial's outcome and stops its heartbeat. A trial that a long database outage let
+    go stale (failed by another worker, and queued again) keeps that verdict: this result is dropped."""
+    try:
+        if duplicate:
+            trial.set_user_attr("duplicate", True)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        elif failure is not None:
+            trial.set_user_attr("failure", failure[0])
+            trial.set_user_attr("failure_message", failure[1][:1000])
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            for name, v in (attrs or {}).items():
+                trial.set_user_attr(name, v)
+            study.tell(trial, value)
+    except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError) as exc:
+        if isinstance(exc, StorageUnavailable):
+            raise
+        recorded = state.db(state.storage.get_trial, trial._trial_id)
+        if not recorded.state.is_finished():
+            raise
+        mine = recorded.user_attrs.get("tuner") == TUNER_ID
+        ours = recorded.user_attrs.get("duplicate") if duplicate else mine and (
+            "failure" in recorded.user_attrs if failure is not None else recorded.state == optuna.trial.TrialState.COMPLETE)
+        if not ours:  # failed by heartbeat while the database was away from us
+            if log:
+                log(f"  trial #{trial.number} was failed by heartbeat while its result could not be recorded; "
+                    f"it is retried by whoever is free")
+            return
+    finally:
+        state.heartbeats.discard(trial._trial_id)
+    if duplicate:
+        return
+    state.trials_run += 1
+    if log:
+        outcome = f"{value:.2f} us" if failure is None else f"failed ({failure[0]})"
+        log(f"  {bucket.label} trial #{trial.number}: {outcome}")
 
 
 def _progress(bucket: Bucket, study) -> str:
@@ -319,7 +828,28 @@ def _confirm(bucket, candidate: LaunchConfig, default: LaunchConfig, settings, w
     return statistics.median(times["default"]), statistics.median(times["candidate"])
 
 
-def _finish(bucket, study, study_name, settings, worker, log) -> BucketResult:
+def _finish_claimed(bucket, study, study_name, settings, worker, log, state, claim, publish, *, complete, target):
+    """Under this worker's finish claim: confirm, publish (the JSON), record the result, release."""
+    try:
+        result = _finish(bucket, study, study_name, settings, worker, log, state)
+    finally:
+        claim.stop()
+    if not state.db(claim.beat):  # taken over while we looked dead: the new holder publishes
+        log(f"  {bucket.label}: another worker took over finishing it")
+        return BUSY
+    record = publish(result) if publish else {}
+    evaluated = len(_evaluated(study.get_trials(deepcopy=False)))
+    study.set_user_attr(_RESULT, dict(record or {}, complete=complete, target=target, evaluated=evaluated,
+                                      tuner=TUNER_ID, config=result.config.to_dict(), is_default=result.is_default,
+                                      default_us=result.default_us, tuned_us=result.tuned_us, note=result.note,
+                                      finished_at=datetime.datetime.now(datetime.timezone.utc)
+                                      .isoformat(timespec="seconds")))
+    state.db(claim.beat, done=True)
+    state.finished.append(study_name)
+    return result
+
+
+def _finish(bucket, study, study_name, settings, worker, log, state=None) -> BucketResult:
     trials = study.get_trials(deepcopy=False)
     done = _evaluated(trials)
     failed = [t for t in done if t.state == optuna.trial.TrialState.FAIL]
@@ -337,12 +867,17 @@ def _finish(bucket, study, study_name, settings, worker, log) -> BucketResult:
     if config_key(candidate) == config_key(default):
         return BucketResult(config=default, is_default=True, default_us=best.value, tuned_us=best.value,
                             note="the default is the fastest", **common)
-    # A finished study confirms once; re-running it reuses the stored confirmation (same study, same file).
+    # A finished study confirms once; re-running it (or a worker taking over from one that died
+    # after confirming) reuses the stored confirmation.
     stored = study.user_attrs.get("confirmation")
     if stored and stored.get("candidate") == config_key(candidate):
         default_us, tuned_us = stored["default_us"], stored["tuned_us"]
     else:
+        changed = {k: v for k, v in candidate.to_dict().items() if default.to_dict().get(k) != v}
+        log(f"  {bucket.label}: confirming {changed} against the default")
         confirmed = _confirm(bucket, candidate, default, settings, worker)
+        if state is not None:
+            state.confirmations += 1
         if confirmed is None:
             return BucketResult(config=default, is_default=True, default_us=None, tuned_us=None,
                                 note="confirmation run failed; the default stays", **common)

@@ -121,3 +121,115 @@ def test_two_workers_share_one_sqlite_study(tmp_path):
     con.close()
     assert len(tuners) == 2, "both workers should have taken trials"
     tuned_store.read_document(tmp_path / "cfg" / "sm90__cpu_interpreter.json")
+
+
+# --- several workers on one study database (issue 6) ----------------------------------------------
+# The run and its checks are shared with the PostgreSQL tests (tests/postgres/multiworker.py);
+# here they run on the SQLite default, on one host.
+sys.path.insert(0, str(REPO / "tests" / "postgres"))
+import multiworker  # noqa: E402
+
+
+def test_three_workers_one_killed_share_one_sqlite_study(tmp_path):
+    """SQLite on one host: three workers, one SIGKILLed mid-trial; every bucket finishes, no config
+    runs twice, counts match, the JSON is written once per bucket; status and export agree."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    run = multiworker.three_workers_one_killed(storage, tmp_path)
+    multiworker.check(run, tmp_path)
+    multiworker.check_status_and_export(storage, tmp_path)
+
+
+def _closed_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there: connections are refused
+    return port
+
+
+def test_a_database_that_refuses_connections_is_a_clear_error(tmp_path):
+    """Refused, at startup and for `status`: retried with backoff, then one line and exit code 3, the
+    password hidden, never a traceback."""
+    url = f"postgresql+psycopg://tuner:s3cret@127.0.0.1:{_closed_port()}/msa_tune"
+    shown = url.replace("s3cret", "***")
+    tune_args = [*TINY, "--kernels", "decode", "--decode-buckets", "2", "--out", str(tmp_path / "cfg"),
+                 "--db-retries", "2", "--db-retry-seconds", "3"]
+    for argv, retried in ((tune_args + ["--storage", url], True),
+                          (["status", "--storage", url, "--db-retries", "1", "--db-retry-seconds", "1"], True),
+                          (tune_args + ["--storage", f"sqlite:///{tmp_path / 'cfg' / 'no.db'}/x.db"], False)):
+        if not retried:
+            (tmp_path / "cfg").mkdir(exist_ok=True)
+            (tmp_path / "cfg" / "no.db").write_text("a file where a folder should be")
+        started = time.monotonic()
+        proc = multiworker.tune_cli(*argv, timeout=120)
+        text = proc.stdout + proc.stderr
+        assert proc.returncode == 3, text
+        assert "Traceback" not in text and "s3cret" not in text, text
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("msa-tune: cannot reach the study database at "), last
+        if retried:
+            assert last.startswith(f"msa-tune: cannot reach the study database at {shown}"), last
+            assert "refused" in last.lower(), last
+            assert "retry 1/" in proc.stderr, proc.stderr
+            assert time.monotonic() - started < 60
+    assert not (tmp_path / "cfg" / "sm90__cpu_interpreter.json").exists()
+
+
+_POP = """
+import json, sys, optuna
+from codegen.tuning.study import open_storage
+study = optuna.load_study(study_name="pop", storage=open_storage(sys.argv[1], 10))
+print(json.dumps([study.ask()._trial_id for _ in range(40)]))
+"""
+
+
+def test_queued_trials_are_popped_once_by_concurrent_sqlite_workers(tmp_path):
+    """Plain Optuna on SQLite lets two processes pop the same queued trial (pysqlite reads it as
+    WAITING before taking the write lock); open_storage's storage takes the lock first."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'pop.db'}"
+    study = optuna.create_study(study_name="pop", storage=url)
+    for i in range(160):
+        study.enqueue_trial({"x": i})
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs = [subprocess.Popen([sys.executable, "-c", _POP, url], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    popped = [i for p in procs for i in json.loads(p.communicate(timeout=120)[0])]
+    assert len(popped) == len(set(popped)) == 120
+
+
+def test_trials_beat_from_the_start_and_orphans_are_failed_and_queued_again(tmp_path, monkeypatch):
+    """A trial has a heartbeat from the transaction that makes it RUNNING, so a worker killed right
+    after asking still leaves a trial that goes stale. One asked without that (another client) and
+    never beaten is an orphan Optuna would never fail: after a while it is failed and queued again."""
+    import optuna
+    import sqlalchemy as sa
+
+    from codegen.tuning import study as S
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    state = S.TunerState(S.TuneSettings(storage=url, heartbeat_s=1), log=lambda _: None)
+    try:
+        study = optuna.create_study(study_name="orphans", storage=state.storage)
+        fresh = study.ask()  # a new trial
+        for block_n in (64, 32):
+            study.enqueue_trial({"block_n": block_n})
+        popped = study.ask()  # the queued block_n=64
+        with state.storage.engine.connect() as conn:
+            beating = set(conn.execute(sa.text("select trial_id from trial_heartbeats")).scalars())
+        assert beating == {popped._trial_id, fresh._trial_id}  # no explicit beat was recorded
+        plain = optuna.load_study(study_name="orphans", storage=optuna.storages.RDBStorage(url))
+        orphan = plain.ask()  # the queued block_n=32, popped by a client without the first beat
+        S._fail_orphans(study, study.get_trials(deepcopy=False), state)
+        assert study.get_trials()[orphan.number].state.name == "RUNNING"  # not old enough yet
+        monkeypatch.setattr(S, "_ORPHAN_S", -1)
+        S._fail_orphans(study, study.get_trials(deepcopy=False), state)
+        trials = study.get_trials()
+        assert [t.state.name for t in trials] == ["RUNNING", "RUNNING", "FAIL", "WAITING"]
+        assert trials[2].number == orphan.number
+        assert S._key_of(trials[3]) == S._key_of(trials[2]) is not None  # queued again, same config
+    finally:
+        state.close()
