@@ -143,8 +143,8 @@ def main(argv=None) -> int:
     from codegen import tuned_store
     from codegen.loader import current_inputs_sha256
     from codegen.tuning import buckets as B
-    from codegen.tuning.study import (BUSY, TUNER_ID, BucketResult, Preparer, StorageUnavailable, TunerState,
-                                      TuneSettings, display_url, tune_bucket)
+    from codegen.tuning.storage import StorageUnavailable, display_url
+    from codegen.tuning.study import BUSY, TUNER_ID, BucketResult, Preparer, TunerState, TuneSettings, tune_bucket
     from codegen.tuning.worker import DEFAULT_RUNNER, TrialWorker
 
     def grid_for(arch, device):

@@ -18,8 +18,8 @@ import time
 
 import optuna
 
-from .study import (_CLAIM, _RESULT, _evaluated, StorageUnavailable, display_url, is_final,
-                    open_storage)
+from .storage import _CLAIM, _RESULT, StorageUnavailable, display_url, open_storage
+from .study import _evaluated, is_final
 
 _STATES = optuna.trial.TrialState
 
@@ -58,7 +58,7 @@ def _default_storage() -> str:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from .study import DbRetry
+    from .storage import DbRetry
 
     try:
         url = args.storage or _default_storage()

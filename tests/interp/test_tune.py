@@ -179,7 +179,7 @@ def test_a_database_that_refuses_connections_is_a_clear_error(tmp_path):
 
 _POP = """
 import json, sys, optuna
-from codegen.tuning.study import open_storage
+from codegen.tuning.storage import open_storage
 study = optuna.load_study(study_name="pop", storage=open_storage(sys.argv[1], 10))
 print(json.dumps([study.ask()._trial_id for _ in range(40)]))
 """

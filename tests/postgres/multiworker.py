@@ -20,7 +20,7 @@ import time
 
 import optuna
 
-from codegen.tuning.study import display_url  # noqa: F401 - for the tests
+from codegen.tuning.storage import display_url  # noqa: F401 - for the tests
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY = ["--interpret", "--arch", "sm90", "--modes", "scalar:fp8", "--layouts", "tp8", "--head-dim", "32",
