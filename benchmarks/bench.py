@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import pathlib
 import platform
 import sys
@@ -26,7 +25,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from codegen import LaunchConfig, cases, get_config  # noqa: E402
 from codegen.configs import default_config  # noqa: E402
-from codegen.timing import copy_bandwidth, graph_time, matmul_flops  # noqa: E402
+from codegen.timing import copy_bandwidth, graph_time, input_sets, matmul_flops  # noqa: E402
 from codegen.validate import detect_device_arch  # noqa: E402
 from codegen.workload import min_bytes, useful_flops  # noqa: E402
 
@@ -114,10 +113,10 @@ def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[Laun
     return dataclasses.replace(choice.config, **json.loads(variant)), True
 
 
-def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int, l2_bytes: int) -> list[dict]:
+def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int) -> list[dict]:
     first = build(spec, arch, seed=0)
     nbytes, flops = min_bytes(first), useful_flops(first)
-    n_sets = max(2, min(calls, math.ceil(4 * l2_bytes / max(nbytes, 1))))
+    n_sets = input_sets(nbytes, maximum=calls)
     sets = [first] + [build(spec, arch, seed=s) for s in range(1, n_sets)]
     rows = []
     for config_arg in config_args:
@@ -160,13 +159,12 @@ def main(argv=None) -> int:
     env["bf16_flops_per_s"] = matmul_flops()
     print(f"# {env['gpu']} ({arch}), torch {env['torch']}, triton {env['triton']}; "
           f"copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s")
-    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 60 * 2 ** 20)
     rows = []
     specs = [s for s in grid(args.quick) if any(f in s.label for f in args.filter)]
     header = f"{'case':58s} {'config':>18s} {'us/call':>9s} {'%HBM':>6s} {'%bf16':>6s}"
     print(header)
     for spec in specs:
-        for row in run_spec(spec, arch, args.configs, args.calls, l2):
+        for row in run_spec(spec, arch, args.configs, args.calls):
             if "error" not in row:
                 row["hbm_fraction"] = row["bytes"] / (row["time_us"] * 1e-6) / env["copy_bytes_per_s"]
                 row["bf16_fraction"] = row["flops"] / (row["time_us"] * 1e-6) / env["bf16_flops_per_s"]

@@ -106,7 +106,7 @@ def reference_batched(case_kernel: str, args: dict, *, dtype=torch.float32, chun
     q, kv_cache, topk_idx, block_table = args["q"], args["kv_cache"], args["topk_idx"], args["block_table"]
     device = q.device
     k, v = _dequantized_kv(kv_cache, args.get("k_scale"), args.get("v_scale"), dtype)  # [NB, Hkv, 128, D]
-    req, kv_end = _token_rows(case_kernel, args)
+    req, kv_end = token_rows(case_kernel, args)
     total_q, num_q_heads, head_dim = q.shape
     num_kv_heads = kv_cache.shape[1]
     gqa = num_q_heads // num_kv_heads
@@ -133,7 +133,7 @@ def reference_batched(case_kernel: str, args: dict, *, dtype=torch.float32, chun
     return out
 
 
-def _token_rows(case_kernel: str, args: dict):
+def token_rows(case_kernel: str, args: dict):
     """(request, kv_end) of each real query row; padded rows come after them and stay zero."""
     device = args["q"].device
     if case_kernel == "prefill":

@@ -7,6 +7,7 @@ data out of the next one's cache. Per-call time = replay time / N, median over r
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from typing import Callable, Sequence
 
@@ -27,11 +28,16 @@ class Timing:
         return dataclasses.asdict(self)
 
 
-def sets_needed(bytes_per_call: int, *, minimum: int = 20, maximum: int = 200, l2_bytes: int = L2_BYTES_H200) -> int:
-    """Enough input sets that one graph replay streams several L2s worth of distinct data."""
-    if bytes_per_call <= 0:
-        return minimum
-    return max(minimum, min(maximum, -(-4 * l2_bytes // bytes_per_call)))
+def device_l2_bytes() -> int:
+    """The current GPU's L2 size (the H200's when torch does not report it)."""
+    return getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", L2_BYTES_H200)
+
+
+def input_sets(bytes_per_call: int, *, maximum: int = 20, l2_bytes: int | None = None) -> int:
+    """Input sets to rotate so that consecutive calls never share the L2: together they stream at
+    least four L2s of distinct data (at least 2 sets, at most `maximum`)."""
+    l2_bytes = device_l2_bytes() if l2_bytes is None else l2_bytes
+    return max(2, min(maximum, math.ceil(4 * l2_bytes / max(bytes_per_call, 1))))
 
 
 def graph_time(calls: Sequence[Callable[[], object]], *, replays: int = 30, warmup_replays: int = 3,

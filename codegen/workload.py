@@ -4,36 +4,16 @@ from __future__ import annotations
 import torch
 
 from .cases import Case
+from .reference import token_rows
 from .variants import PAGE_SIZE
 
 
 def visible_keys(case: Case) -> torch.Tensor:
     """[Hkv, total_q] number of keys each (KV head, query row) attends to."""
-    a = case.args
-    topk = a["topk_idx"]
-    total_q = topk.shape[1]
-    kv_end = torch.zeros(total_q, dtype=torch.long, device=topk.device)
-    if case.kernel == "prefill":
-        cu = a["cu_seqlens_q"].long()
-        q_lens = cu[1:] - cu[:-1]
-        req = torch.repeat_interleave(torch.arange(len(q_lens), device=topk.device), q_lens)
-        pos = a["prefix_lens"].long()[req] + torch.arange(len(req), device=topk.device) - cu[:-1][req]
-        kv_end[: len(req)] = torch.minimum(pos + 1, a["seq_lens"].long()[req])
-    else:
-        lens = a["seq_lens"].long()
-        if a["query_start_loc"] is None:
-            qlen = a["decode_query_len"]
-            n = len(lens) * qlen
-            t = torch.arange(n, device=topk.device)
-            req, j, q_len = t // qlen, t % qlen, qlen
-        else:
-            starts = a["query_start_loc"].long()
-            n = int(starts[-1])
-            req = a["token_to_req_indices"].long()[:n]
-            j = torch.arange(n, device=topk.device) - starts[req]
-            q_len = (starts[1:] - starts[:-1])[req]
-        pos = lens[req] - q_len + j
-        kv_end[:n] = torch.minimum(pos + 1, lens[req])
+    topk = case.args["topk_idx"]
+    req, kv_end_real = token_rows(case.kernel, case.args)
+    kv_end = torch.zeros(topk.shape[1], dtype=torch.long, device=topk.device)  # padded rows see nothing
+    kv_end[: len(req)] = kv_end_real
     blk = topk.long()
     per_block = (kv_end[None, :, None] - blk * PAGE_SIZE).clamp(0, PAGE_SIZE)
     per_block = torch.where(blk >= 0, per_block, 0)

@@ -38,11 +38,10 @@ def bucket_inputs(bucket: Bucket, interpret: bool, accuracy_seed: int = 1000):
         if interpret:
             sets = [first]
         else:
-            from ..timing import L2_BYTES_H200
+            from ..timing import input_sets
             from ..workload import min_bytes
 
-            l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", L2_BYTES_H200)
-            n_sets = max(2, min(20, math.ceil(4 * l2 / max(min_bytes(first), 1))))
+            n_sets = input_sets(min_bytes(first))
             sets = [first] + [bucket.build_case(seed=s, device=device, q_dtype=q_dtype) for s in range(1, n_sets)]
         accuracy = bucket.build_case(seed=accuracy_seed, device=device, q_dtype=q_dtype)
         ref = reference_batched(accuracy.kernel, accuracy.args, dtype=torch.float64 if interpret else torch.float32)
@@ -82,8 +81,7 @@ def _time_on_gpu(sets, config) -> dict:
     end.record()
     end.synchronize()
     estimate_us = max(start.elapsed_time(end) * 1e3, 1.0)
-    calls = max(len(sets), min(20, math.ceil(4000 / estimate_us)))
-    calls = max(2, min(calls, 20))
+    calls = min(20, max(len(sets), math.ceil(4000 / estimate_us)))  # every set at least once (>= 2)
     replays = max(5, min(25, math.ceil(60_000 / (calls * estimate_us))))
     timing = graph_time([lambda c=sets[i % len(sets)]: run_kernel(c, config=config) for i in range(calls)],
                         replays=replays, warmup_replays=2)
