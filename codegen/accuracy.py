@@ -19,6 +19,14 @@ TOLERANCES = {
 }
 
 
+def gate_dtype(q_dtype: torch.dtype, config=None) -> torch.dtype:
+    """The dtype whose tolerance judges a run: the query's, except that fp16 MMAs (a config with
+    kv_upcast == 2) round fp32 queries and probabilities to fp16 first."""
+    if config is not None and getattr(config, "kv_upcast", 0) == 2 and q_dtype == torch.float32:
+        return torch.float16
+    return q_dtype
+
+
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     rel_l2: float

@@ -9,9 +9,10 @@ from typing import Mapping
 import torch
 
 from . import validate
-from .configs import LaunchConfig, validate_config
+from .configs import LaunchConfig, check_kv_upcast, validate_config
 from .loader import get_config
 from .variants import Variant
+from .workspace import arrival_counters
 
 
 @functools.lru_cache(maxsize=None)
@@ -42,7 +43,9 @@ def _resolve_config(config, *, kernel, arch, scale_mode, q, kv_cache, num_kv_hea
                             q.shape[1], num_kv_heads, q.shape[0], topk).config
     elif isinstance(config, Mapping):
         config = LaunchConfig.from_dict(config)
-    return validate_config(config, arch=arch, kernel=kernel, topk=topk)
+    validate_config(config, arch=arch, kernel=kernel, topk=topk)
+    check_kv_upcast(config, kv_cache.dtype)
+    return config
 
 
 def _use_pdl(q: torch.Tensor) -> bool:
@@ -69,8 +72,9 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
 def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
                        decode_query_len, k_scale=None, v_scale=None, query_start_loc=None, token_to_req_indices=None,
                        *, arch=None, config=None, fold_scales=True):
-    """Block-sparse GQA decode (split-K + merge); writes and returns `output`. CUDA-graph safe:
-    the grid, split count and buffers depend only on shapes, and padded rows come out as zeros.
+    """Block-sparse GQA decode (split-K, merged by a second launch or inside the split kernel);
+    writes and returns `output`. CUDA-graph safe: the grid, split count and buffers depend only on
+    shapes, the fused merge's counters return to zero after every call, padded rows come out as zeros.
     fold_scales=False runs the seed's unfolded scalar-scale baseline (for benchmarks)."""
     num_reqs = validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req_indices)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
@@ -79,9 +83,12 @@ def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_head
     config = _resolve_config(config, kernel="decode", arch=arch, scale_mode=scale_mode, q=q, kv_cache=kv_cache,
                              num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
     use_pdl = _use_pdl(q)
+    counters = None
+    if config.num_splits > 1 and config.fused_merge:
+        counters = arrival_counters(q.device, q.shape[0] * num_kv_heads)
     partials = load_module(arch, "decode_split", scale_mode, fold_scales).launch(
         q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output, decode_query_len,
-        k_scale, v_scale, query_start_loc, token_to_req_indices, config, use_pdl)
+        k_scale, v_scale, query_start_loc, token_to_req_indices, config, use_pdl, counters)
     if partials is not None:
         part_o, part_lse = partials
         load_module(arch, "decode_merge", scale_mode, fold_scales).launch(part_o, part_lse, output, num_kv_heads,

@@ -7,6 +7,15 @@ from typing import Any, Mapping
 from .variants import PAGE_SIZE, TUNABLE_KERNELS, get_arch
 
 _AMD_KNOBS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+# LaunchConfig.kv_upcast values (ints, like every field, so that JSON and Optuna params stay plain).
+KV_UPCAST_MODES = {0: "direct", 1: "via fp32", 2: "fp16 MMAs"}
+
+
+def check_kv_upcast(config: "LaunchConfig", kv_dtype) -> None:
+    """kv_upcast is a choice about converting fp8; on a bf16/fp16 cache only 0 means anything."""
+    if config.kv_upcast != 0 and "float8" not in str(kv_dtype):
+        raise ValueError(f"config.kv_upcast: {config.kv_upcast} ({KV_UPCAST_MODES.get(config.kv_upcast)}) is for "
+                         f"fp8 KV caches; this cache is {str(kv_dtype).removeprefix('torch.')}, use 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,7 +26,13 @@ class LaunchConfig:
     block_t: prefill only; query tokens per program sharing the loads of their selected pages
         (1 = the per-token path).
     num_splits: decode only; top-k pages are split across this many programs (1 = one launch).
-    merge_num_warps: decode only; warps of the merge kernel (unused when num_splits == 1).
+    merge_num_warps: decode only; warps of the merge kernel (unused with one split or a fused merge).
+    fused_merge: decode only, with num_splits > 1; 1 = no merge kernel: the last split program of a
+        (token, KV head) to finish merges the partials itself (one launch), 0 = a second launch.
+    kv_upcast: fp8 caches only; how K/V reach the MMAs. 0 = converted to the query's dtype,
+        1 = through fp32 (a different instruction sequence, sometimes faster), 2 = Q, K, P and V
+        enter the MMAs as fp16 (e4m3 -> fp16 is one instruction and exact; Q and P keep 3 more
+        mantissa bits than bf16; the kernel keeps Q and P inside fp16's range by itself).
     waves_per_eu, matrix_instr_nonkdim, kpack: gfx942 only (0 / 0 / 1 mean "backend default").
     """
 
@@ -27,6 +42,8 @@ class LaunchConfig:
     num_stages: int = 2
     num_splits: int = 1
     merge_num_warps: int = 4
+    fused_merge: int = 0
+    kv_upcast: int = 0
     waves_per_eu: int = 0
     matrix_instr_nonkdim: int = 0
     kpack: int = 1
@@ -69,6 +86,13 @@ def validate_config(config: LaunchConfig, *, arch: str, kernel: str, topk: int |
         value = getattr(config, field)
         if not (_power_of_two(value) and value <= 16):
             raise ValueError(f"config.{field}: expected a power of two in [1, 16], got {value}")
+    if config.fused_merge not in (0, 1):
+        raise ValueError(f"config.fused_merge: expected 0 or 1, got {config.fused_merge}")
+    if config.fused_merge and kernel != "decode":
+        raise ValueError("config.fused_merge: a decode-only parameter, leave it 0 for prefill")
+    if config.kv_upcast not in KV_UPCAST_MODES:
+        raise ValueError(f"config.kv_upcast: expected one of {sorted(KV_UPCAST_MODES)} "
+                         f"({', '.join(f'{k} = {v}' for k, v in KV_UPCAST_MODES.items())}), got {config.kv_upcast}")
     if not 1 <= config.num_stages <= 8:
         raise ValueError(f"config.num_stages: expected 1..8, got {config.num_stages}")
     if kernel == "prefill" and (config.num_splits != 1 or config.merge_num_warps != LaunchConfig.merge_num_warps):

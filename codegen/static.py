@@ -207,7 +207,9 @@ def config_label(arch: str, kernel: str, config: LaunchConfig) -> str:
         parts.append(f"bt{config.block_t}")
     parts += [f"w{config.num_warps}", f"st{config.num_stages}"]
     if kernel == "decode_split":
-        parts.append(f"sp{config.num_splits}")
+        parts.append(f"sp{config.num_splits}" + ("fm" if config.fused_merge and config.num_splits > 1 else ""))
+    if config.kv_upcast:
+        parts.append(f"up{config.kv_upcast}")
     if get_arch(arch).amd_knobs:
         parts += [f"wpe{config.waves_per_eu}", f"mi{config.matrix_instr_nonkdim}", f"kp{config.kpack}"]
     return " ".join(parts)
@@ -227,13 +229,14 @@ def _as_config(config) -> LaunchConfig:
 def launches_for(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_heads: int, num_kv_heads: int,
                  config, *, head_dim: int = 128, topk: int = 16, q_dtype: str = "bf16", varlen: bool = False,
                  source: str = "custom", fold_scales: bool = True) -> list[StaticLaunch]:
-    """The kernels one runtime call launches: prefill; or decode_split (+ decode_merge when num_splits > 1).
+    """The kernels one runtime call launches: prefill; or decode_split (+ decode_merge when num_splits > 1
+    and the merge is not fused).
     fold_scales=False: the unfolded scalar baseline modules (as codegen.api with fold_scales=False)."""
     config = _as_config(config)
     if kernel == "prefill":
         kernels = ["prefill"]
     elif kernel == "decode":
-        kernels = ["decode_split"] + (["decode_merge"] if config.num_splits > 1 else [])
+        kernels = ["decode_split"] + (["decode_merge"] if config.num_splits > 1 and not config.fused_merge else [])
     else:
         raise ValueError(f"kernel: expected 'prefill' or 'decode' (a runtime call), got {kernel!r}")
     return [StaticLaunch(arch, k, scale_mode, kv_dtype, num_q_heads, num_kv_heads, config, head_dim=head_dim,
@@ -782,6 +785,24 @@ def _default_launches() -> list[StaticLaunch]:
                     config = default_config(arch, "decode", num_tokens=tokens, num_kv_heads=hkv)
                     launches += launches_for(arch, "decode", scale_mode, kv_dtype, hq, hkv, config,
                                              source=f"default@{tokens}tok", fold_scales=fold_scales)
+    return launches + _design_launches()
+
+
+def _design_launches() -> list[StaticLaunch]:
+    """The launch options no default uses but the tuner may pick (fp8 upcast paths, the fused
+    decode merge), compiled once per arch and fp8 scale mode at the TP4 layout (16/1)."""
+    launches = []
+    for arch in ARCHS:
+        for scale_mode in ("scalar", "per_token_head"):
+            base = default_config(arch, "prefill", num_tokens=1, num_kv_heads=1)
+            for upcast in (1, 2):
+                launches += launches_for(arch, "prefill", scale_mode, "fp8", 16, 1,
+                                         dataclasses.replace(base, kv_upcast=upcast), source="design")
+            base = dataclasses.replace(default_config(arch, "decode", num_tokens=1, num_kv_heads=1), num_splits=4,
+                                       fused_merge=1)
+            for upcast in (0, 2):
+                launches += launches_for(arch, "decode", scale_mode, "fp8", 16, 1,
+                                         dataclasses.replace(base, kv_upcast=upcast), source="design")
     return launches
 
 

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_decode_merge_scalar_unfolded (arch=gfx942, kernel=decode_merge, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 525a45ebc09a0e8eb4da989835b6533d6c6ca7b03280a52994bbaf5ed9ae9807
+# inputs-sha256: d24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -33,22 +33,23 @@ def _msa_decode_merge_kernel(
     heads = g * GQA + offs_m
     row_ok = offs_m < GQA
     row = (t * (tl.num_programs(1) * GQA) + heads) * NUM_SPLITS  # first split of each row
-    lse = tl.load(
+    mg_lse = tl.load(
         part_lse_ptr + row[:, None] + offs_s[None, :],
         mask=row_ok[:, None] & (offs_s[None, :] < NUM_SPLITS),
         other=float("-inf"),
     )
-    m = tl.max(lse, axis=1)
-    m_shift = tl.where(m == float("-inf"), 0.0, m)
-    den = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for s in tl.static_range(NUM_SPLITS):
-        lse_s = tl.load(part_lse_ptr + row + s, mask=row_ok, other=float("-inf"))
-        w = tl.exp2(lse_s - m_shift)  # an empty split has lse -inf: weight 0
-        o_s = tl.load(part_o_ptr + (row + s)[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        den += w
-        acc += w[:, None] * o_s
-    o = acc / tl.where(den > 0.0, den, 1.0)[:, None]
+    mg_max = tl.max(mg_lse, axis=1)
+    mg_shift = tl.where(mg_max == float("-inf"), 0.0, mg_max)
+    mg_den = tl.zeros([BLOCK_M], dtype=tl.float32)
+    mg_acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for sp in tl.static_range(NUM_SPLITS):
+        mg_lse_s = tl.load(part_lse_ptr + row + sp, mask=row_ok, other=float("-inf"))
+        mg_w = tl.exp2(mg_lse_s - mg_shift)  # an empty split has lse -inf: weight 0
+        mg_o_s = tl.load(part_o_ptr + (row + sp)[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None],
+                         other=0.0)
+        mg_den += mg_w
+        mg_acc += mg_w[:, None] * mg_o_s
+    o = mg_acc / tl.where(mg_den > 0.0, mg_den, 1.0)[:, None]
     tl.store(
         out_ptr + t * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
         o.to(out_ptr.dtype.element_ty),
@@ -84,4 +85,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '525a45ebc09a0e8eb4da989835b6533d6c6ca7b03280a52994bbaf5ed9ae9807'
+INPUTS_SHA256 = 'd24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca'

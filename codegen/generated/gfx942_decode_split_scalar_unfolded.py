@@ -1,13 +1,15 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 525a45ebc09a0e8eb4da989835b6533d6c6ca7b03280a52994bbaf5ed9ae9807
+# inputs-sha256: d24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
 program writes the final output itself (one launch); with more it writes each split's normalized
-partial and its base-2 log-sum-exp for the merge kernel. Grid and buffers depend only on shapes
-and the config, so the launch can be captured in a CUDA graph.
+partial and its base-2 log-sum-exp, which the merge kernel reduces (a second launch) or, with
+FUSED_MERGE, the last split program of the (token, KV head) to finish: it counts arrivals on an
+int32 counter and resets it after merging, so the counters are zero again for the next call.
+Grid and buffers depend only on shapes and the config, so the launch can be captured in a CUDA graph.
 """
 import torch
 import triton
@@ -22,7 +24,7 @@ PAGE = 128
 def _msa_decode_split_kernel(
     # tensors
     q_ptr, kv_ptr, topk_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, token_to_req_ptr,
-    out_ptr, part_o_ptr, part_lse_ptr,
+    out_ptr, part_o_ptr, part_lse_ptr, counter_ptr,
     k_scale_ptr, v_scale_ptr,  # one fp32 element each, read on the device (graph-capturable)
     # scalars
     sm_scale, topk, num_reqs, decode_query_len, blocks_per_split,
@@ -34,8 +36,8 @@ def _msa_decode_split_kernel(
     stride_o_t, stride_o_h, stride_o_d,
     # shapes and launch parameters
     GQA: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, TOPK_P2: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, VARLEN: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
+    FUSED_MERGE: tl.constexpr, KV_UPCAST: tl.constexpr, VARLEN: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     t = tl.program_id(0).to(tl.int64)
@@ -71,6 +73,13 @@ def _msa_decode_split_kernel(
     k_scale = tl.load(k_scale_ptr)
     v_scale = tl.load(v_scale_ptr)
     qk_scale = sm_scale * 1.4426950408889634
+    if KV_UPCAST == 2:
+        # fp16 MMAs (fp8 cache; products and sums are fp32 inside the MMA): a query beyond 2^15
+        # is divided into fp16's range and the score scale takes the divisor back; 1.0 otherwise.
+        q_amax = tl.max(tl.max(tl.abs(q.to(tl.float32)), axis=1), axis=0)
+        q_div = tl.maximum(q_amax / 32768.0, 1.0)
+        q = (q.to(tl.float32) / q_div).to(tl.float16)
+        qk_scale = qk_scale * q_div
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -93,6 +102,8 @@ def _msa_decode_split_kernel(
         # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
         k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=visible[None, :], other=0.0)
         k = (k.to(tl.float32) * k_scale).to(q.dtype)
+        if KV_UPCAST == 1:
+            k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
         s = tl.dot(q, k.to(q.dtype))
         s = s * qk_scale
         s = tl.where(visible[None, :], s, float("-inf"))
@@ -106,7 +117,10 @@ def _msa_decode_split_kernel(
             slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0
         )
         v = (v.to(tl.float32) * v_scale).to(q.dtype)
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+        if KV_UPCAST == 1:
+            v = v.to(tl.float32)
+        pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
+        acc = acc * alpha[:, None] + pv
         m_i = m_new
     if NUM_SPLITS == 1:
         l_safe = tl.where(l_i > 0.0, l_i, 1.0)
@@ -124,6 +138,38 @@ def _msa_decode_split_kernel(
         tl.store(part_o_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_ok[:, None])
         lse = tl.where(l_i > 0.0, m_i + tl.log2(l_safe), float("-inf"))
         tl.store(part_lse_ptr + row, lse, mask=row_ok)
+        if FUSED_MERGE:
+            # The barrier puts every thread's partial stores before the counter's release (acq_rel
+            # at GPU scope); the last to arrive sees all splits' partials after its acquire.
+            tl.debug_barrier()
+            counter = counter_ptr + t * tl.num_programs(1) + g
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == NUM_SPLITS - 1:
+                row = row - split
+                offs_s = tl.arange(0, SPLITS_P2)
+                mg_lse = tl.load(
+                    part_lse_ptr + row[:, None] + offs_s[None, :],
+                    mask=row_ok[:, None] & (offs_s[None, :] < NUM_SPLITS),
+                    other=float("-inf"), cache_modifier=".cg",
+                )
+                mg_max = tl.max(mg_lse, axis=1)
+                mg_shift = tl.where(mg_max == float("-inf"), 0.0, mg_max)
+                mg_den = tl.zeros([BLOCK_M], dtype=tl.float32)
+                mg_acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+                for sp in tl.static_range(NUM_SPLITS):
+                    mg_lse_s = tl.load(part_lse_ptr + row + sp, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+                    mg_w = tl.exp2(mg_lse_s - mg_shift)  # an empty split has lse -inf: weight 0
+                    mg_o_s = tl.load(part_o_ptr + (row + sp)[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None],
+                                     other=0.0, cache_modifier=".cg")
+                    mg_den += mg_w
+                    mg_acc += mg_w[:, None] * mg_o_s
+                o = mg_acc / tl.where(mg_den > 0.0, mg_den, 1.0)[:, None]
+                tl.store(
+                    out_ptr + row_tok[:, None] * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
+                    o.to(out_ptr.dtype.element_ty),
+                    mask=row_ok[:, None],
+                )
+                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")  # zero again for the next call
 
 
 KERNEL = _msa_decode_split_kernel
@@ -134,7 +180,9 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
-                NUM_SPLITS=config.num_splits, VARLEN=varlen, USE_PDL=False)
+                NUM_SPLITS=config.num_splits, SPLITS_P2=triton.next_power_of_2(config.num_splits),
+                FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1), KV_UPCAST=config.kv_upcast,
+                VARLEN=varlen, USE_PDL=False)
 
 
 def options(config):
@@ -145,11 +193,12 @@ def options(config):
 
 def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
            decode_query_len, k_scale, v_scale, query_start_loc, token_to_req_indices, config,
-           use_pdl):
-    """Launches on validated arguments (codegen.api checks them).
+           use_pdl, counters=None):
+    """Launches on validated arguments (codegen.api checks them). `counters`: zeroed int32, at
+    least total_q x num_kv_heads, needed for a fused merge (codegen.workspace.arrival_counters).
 
-    Returns None when the output is complete (one split), else the (partial_o, partial_lse)
-    buffers the merge kernel reduces.
+    Returns None when the output is complete (one split, or a fused merge), else the
+    (partial_o, partial_lse) buffers the merge kernel reduces.
     """
     total_q, num_q_heads, head_dim = q.shape
     topk = topk_idx.shape[2]
@@ -161,12 +210,15 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     else:
         part_o = torch.empty((total_q, num_q_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
         part_lse = torch.empty((total_q, num_q_heads, num_splits), dtype=torch.float32, device=q.device)
+    fused = num_splits > 1 and bool(config.fused_merge)
+    if fused and (counters is None or counters.numel() < total_q * num_kv_heads):
+        raise ValueError(f"counters: a fused merge needs >= {total_q * num_kv_heads} zeroed int32 arrival counters")
     varlen = query_start_loc is not None
     grid = (total_q, num_kv_heads, num_splits)
     _msa_decode_split_kernel[grid](
         q, kv_cache, topk_idx, block_table, seq_lens,
         query_start_loc if varlen else seq_lens, token_to_req_indices if varlen else seq_lens,
-        output, part_o, part_lse,
+        output, part_o, part_lse, counters if fused else seq_lens,
         k_scale, v_scale,
         float(sm_scale), topk, seq_lens.shape[0], decode_query_len if not varlen else 1,
         triton.cdiv(topk, num_splits),
@@ -175,6 +227,6 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
                      config=config, varlen=varlen, use_pdl=use_pdl),
         **options(config),
     )
-    return None if num_splits == 1 else (part_o, part_lse)
+    return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '525a45ebc09a0e8eb4da989835b6533d6c6ca7b03280a52994bbaf5ed9ae9807'
+INPUTS_SHA256 = 'd24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca'

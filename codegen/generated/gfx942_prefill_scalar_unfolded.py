@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 525a45ebc09a0e8eb4da989835b6533d6c6ca7b03280a52994bbaf5ed9ae9807
+# inputs-sha256: d24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -36,6 +36,7 @@ def _msa_prefill_kernel(
     # shapes and launch parameters
     GQA: tl.constexpr, GQA_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     TOPK_P2: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    KV_UPCAST: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     i0 = tl.program_id(0) * BLOCK_T  # first query of the tile inside its request
@@ -64,6 +65,13 @@ def _msa_prefill_kernel(
     k_scale = tl.load(k_scale_ptr)
     v_scale = tl.load(v_scale_ptr)
     qk_scale = sm_scale * 1.4426950408889634
+    if KV_UPCAST == 2:
+        # fp16 MMAs (fp8 cache; products and sums are fp32 inside the MMA): a query beyond 2^15
+        # is divided into fp16's range and the score scale takes the divisor back; 1.0 otherwise.
+        q_amax = tl.max(tl.max(tl.abs(q.to(tl.float32)), axis=1), axis=0)
+        q_div = tl.maximum(q_amax / 32768.0, 1.0)
+        q = (q.to(tl.float32) / q_div).to(tl.float16)
+        qk_scale = qk_scale * q_div
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -87,6 +95,8 @@ def _msa_prefill_kernel(
             # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
             k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=visible[None, :], other=0.0)
             k = (k.to(tl.float32) * k_scale).to(q.dtype)
+            if KV_UPCAST == 1:
+                k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
             s = tl.dot(q, k.to(q.dtype))
             s = s * qk_scale
             s = tl.where(visible[None, :], s, float("-inf"))
@@ -100,7 +110,10 @@ def _msa_prefill_kernel(
                 slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0
             )
             v = (v.to(tl.float32) * v_scale).to(q.dtype)
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+            if KV_UPCAST == 1:
+                v = v.to(tl.float32)
+            pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
+            acc = acc * alpha[:, None] + pv
             m_i = m_new
     else:
         kv_end_row = tl.minimum(prefix + i0 + row_t + 1, seq_len)  # [BLOCK_M]
@@ -130,6 +143,8 @@ def _msa_prefill_kernel(
                     # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
                     k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=cols[None, :], other=0.0)
                     k = (k.to(tl.float32) * k_scale).to(q.dtype)
+                    if KV_UPCAST == 1:
+                        k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
                     s = tl.dot(q, k.to(q.dtype))
                     s = s * qk_scale
                     s = tl.where(slot[None, :] < n_vis_row[:, None], s, float("-inf"))
@@ -143,7 +158,10 @@ def _msa_prefill_kernel(
                         slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0
                     )
                     v = (v.to(tl.float32) * v_scale).to(q.dtype)
-                    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+                    if KV_UPCAST == 1:
+                        v = v.to(tl.float32)
+                    pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
+                    acc = acc * alpha[:, None] + pv
                     m_i = m_new
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
@@ -163,7 +181,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, **_):
     gqa = num_q_heads // num_kv_heads
     gqa_pad = triton.next_power_of_2(gqa)
     return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
-                BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n)
+                BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
+                KV_UPCAST=config.kv_upcast)
 
 
 def options(config):
@@ -192,4 +211,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '525a45ebc09a0e8eb4da989835b6533d6c6ca7b03280a52994bbaf5ed9ae9807'
+INPUTS_SHA256 = 'd24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
 # variant: sm90_decode_merge_none (arch=sm90, kernel=decode_merge, scale_mode=none)
-# inputs-sha256: 4d89c850665c466689776e73a146249b84d576b1e359b2465baa3998df0b99c1
+# inputs-sha256: 9dcd321259ddd8c8864254bb1c4dd305f9be35c503bad67a2023dc8e6fbb1040
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -35,22 +35,23 @@ def _msa_decode_merge_kernel(
     row = (t * (tl.num_programs(1) * GQA) + heads) * NUM_SPLITS  # first split of each row
     if USE_PDL:
         tl.extra.cuda.gdc_wait()  # the split kernel's partials are complete and visible after this
-    lse = tl.load(
+    mg_lse = tl.load(
         part_lse_ptr + row[:, None] + offs_s[None, :],
         mask=row_ok[:, None] & (offs_s[None, :] < NUM_SPLITS),
         other=float("-inf"),
     )
-    m = tl.max(lse, axis=1)
-    m_shift = tl.where(m == float("-inf"), 0.0, m)
-    den = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for s in tl.static_range(NUM_SPLITS):
-        lse_s = tl.load(part_lse_ptr + row + s, mask=row_ok, other=float("-inf"))
-        w = tl.exp2(lse_s - m_shift)  # an empty split has lse -inf: weight 0
-        o_s = tl.load(part_o_ptr + (row + s)[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        den += w
-        acc += w[:, None] * o_s
-    o = acc / tl.where(den > 0.0, den, 1.0)[:, None]
+    mg_max = tl.max(mg_lse, axis=1)
+    mg_shift = tl.where(mg_max == float("-inf"), 0.0, mg_max)
+    mg_den = tl.zeros([BLOCK_M], dtype=tl.float32)
+    mg_acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for sp in tl.static_range(NUM_SPLITS):
+        mg_lse_s = tl.load(part_lse_ptr + row + sp, mask=row_ok, other=float("-inf"))
+        mg_w = tl.exp2(mg_lse_s - mg_shift)  # an empty split has lse -inf: weight 0
+        mg_o_s = tl.load(part_o_ptr + (row + sp)[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None],
+                         other=0.0)
+        mg_den += mg_w
+        mg_acc += mg_w[:, None] * mg_o_s
+    o = mg_acc / tl.where(mg_den > 0.0, mg_den, 1.0)[:, None]
     tl.store(
         out_ptr + t * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
         o.to(out_ptr.dtype.element_ty),
@@ -86,4 +87,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '4d89c850665c466689776e73a146249b84d576b1e359b2465baa3998df0b99c1'
+INPUTS_SHA256 = '9dcd321259ddd8c8864254bb1c4dd305f9be35c503bad67a2023dc8e6fbb1040'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
 # variant: sm90_decode_merge_scalar (arch=sm90, kernel=decode_merge, scale_mode=scalar)
-# inputs-sha256: ad7187a88102e40387ee3dd13b2f8f769b8f5bc92db7851f08c5f813928ca176
+# inputs-sha256: 962da763caa1d7a45f0887e121e8b4164f5bbeb0931f589551cb028f02dc9e8d
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -35,22 +35,23 @@ def _msa_decode_merge_kernel(
     row = (t * (tl.num_programs(1) * GQA) + heads) * NUM_SPLITS  # first split of each row
     if USE_PDL:
         tl.extra.cuda.gdc_wait()  # the split kernel's partials are complete and visible after this
-    lse = tl.load(
+    mg_lse = tl.load(
         part_lse_ptr + row[:, None] + offs_s[None, :],
         mask=row_ok[:, None] & (offs_s[None, :] < NUM_SPLITS),
         other=float("-inf"),
     )
-    m = tl.max(lse, axis=1)
-    m_shift = tl.where(m == float("-inf"), 0.0, m)
-    den = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for s in tl.static_range(NUM_SPLITS):
-        lse_s = tl.load(part_lse_ptr + row + s, mask=row_ok, other=float("-inf"))
-        w = tl.exp2(lse_s - m_shift)  # an empty split has lse -inf: weight 0
-        o_s = tl.load(part_o_ptr + (row + s)[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        den += w
-        acc += w[:, None] * o_s
-    o = acc / tl.where(den > 0.0, den, 1.0)[:, None]
+    mg_max = tl.max(mg_lse, axis=1)
+    mg_shift = tl.where(mg_max == float("-inf"), 0.0, mg_max)
+    mg_den = tl.zeros([BLOCK_M], dtype=tl.float32)
+    mg_acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for sp in tl.static_range(NUM_SPLITS):
+        mg_lse_s = tl.load(part_lse_ptr + row + sp, mask=row_ok, other=float("-inf"))
+        mg_w = tl.exp2(mg_lse_s - mg_shift)  # an empty split has lse -inf: weight 0
+        mg_o_s = tl.load(part_o_ptr + (row + sp)[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None],
+                         other=0.0)
+        mg_den += mg_w
+        mg_acc += mg_w[:, None] * mg_o_s
+    o = mg_acc / tl.where(mg_den > 0.0, mg_den, 1.0)[:, None]
     o = o * tl.load(v_scale_ptr)  # folded V scale: once, on the merged result
     tl.store(
         out_ptr + t * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
@@ -87,4 +88,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = 'ad7187a88102e40387ee3dd13b2f8f769b8f5bc92db7851f08c5f813928ca176'
+INPUTS_SHA256 = '962da763caa1d7a45f0887e121e8b4164f5bbeb0931f589551cb028f02dc9e8d'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
 # variant: sm90_decode_merge_scalar_unfolded (arch=sm90, kernel=decode_merge, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 12b2b27cb0cc1857f68f7a1a23dca29c51bdb9bc9d549000e3882589578e29fd
+# inputs-sha256: cf0dc300e25dbb65b4c658fc1263560c3862eb2a6ca926ff4ca39b93ce6beaee
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -35,22 +35,23 @@ def _msa_decode_merge_kernel(
     row = (t * (tl.num_programs(1) * GQA) + heads) * NUM_SPLITS  # first split of each row
     if USE_PDL:
         tl.extra.cuda.gdc_wait()  # the split kernel's partials are complete and visible after this
-    lse = tl.load(
+    mg_lse = tl.load(
         part_lse_ptr + row[:, None] + offs_s[None, :],
         mask=row_ok[:, None] & (offs_s[None, :] < NUM_SPLITS),
         other=float("-inf"),
     )
-    m = tl.max(lse, axis=1)
-    m_shift = tl.where(m == float("-inf"), 0.0, m)
-    den = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for s in tl.static_range(NUM_SPLITS):
-        lse_s = tl.load(part_lse_ptr + row + s, mask=row_ok, other=float("-inf"))
-        w = tl.exp2(lse_s - m_shift)  # an empty split has lse -inf: weight 0
-        o_s = tl.load(part_o_ptr + (row + s)[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        den += w
-        acc += w[:, None] * o_s
-    o = acc / tl.where(den > 0.0, den, 1.0)[:, None]
+    mg_max = tl.max(mg_lse, axis=1)
+    mg_shift = tl.where(mg_max == float("-inf"), 0.0, mg_max)
+    mg_den = tl.zeros([BLOCK_M], dtype=tl.float32)
+    mg_acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for sp in tl.static_range(NUM_SPLITS):
+        mg_lse_s = tl.load(part_lse_ptr + row + sp, mask=row_ok, other=float("-inf"))
+        mg_w = tl.exp2(mg_lse_s - mg_shift)  # an empty split has lse -inf: weight 0
+        mg_o_s = tl.load(part_o_ptr + (row + sp)[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None],
+                         other=0.0)
+        mg_den += mg_w
+        mg_acc += mg_w[:, None] * mg_o_s
+    o = mg_acc / tl.where(mg_den > 0.0, mg_den, 1.0)[:, None]
     tl.store(
         out_ptr + t * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
         o.to(out_ptr.dtype.element_ty),
@@ -86,4 +87,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '12b2b27cb0cc1857f68f7a1a23dca29c51bdb9bc9d549000e3882589578e29fd'
+INPUTS_SHA256 = 'cf0dc300e25dbb65b4c658fc1263560c3862eb2a6ca926ff4ca39b93ce6beaee'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 2c547a58bf5ea8758628ae8f21fc15c935d3aabdbcb37ef870691a588ccb4c36
+# inputs-sha256: 733c5d1ffca70727de9cb55e11be5ffcd2e4b78d671b2226ee480ff8a08eb884
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -37,6 +37,7 @@ def _msa_prefill_kernel(
     # shapes and launch parameters
     GQA: tl.constexpr, GQA_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     TOPK_P2: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    KV_UPCAST: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     i0 = tl.program_id(0) * BLOCK_T  # first query of the tile inside its request
@@ -62,6 +63,13 @@ def _msa_prefill_kernel(
         other=0.0,
     )
     qk_scale = sm_scale * 1.4426950408889634  # base-2 softmax: exp2(x * log2 e) == exp(x)
+    if KV_UPCAST == 2:
+        # fp16 MMAs (fp8 cache; products and sums are fp32 inside the MMA): a query beyond 2^15
+        # is divided into fp16's range and the score scale takes the divisor back; 1.0 otherwise.
+        q_amax = tl.max(tl.max(tl.abs(q.to(tl.float32)), axis=1), axis=0)
+        q_div = tl.maximum(q_amax / 32768.0, 1.0)
+        q = (q.to(tl.float32) / q_div).to(tl.float16)
+        qk_scale = qk_scale * q_div
     ks_row_ptr = k_scale_ptr + g * stride_ks_h
     vs_row_ptr = v_scale_ptr + g * stride_vs_h
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -86,6 +94,8 @@ def _msa_prefill_kernel(
             slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
             # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
             k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=visible[None, :], other=0.0)
+            if KV_UPCAST == 1:
+                k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
             s = tl.dot(q, k.to(q.dtype))
             # Per-token K scale folded into the [rows, BLOCK_N] score tile, not the K tile.
             k_sc = tl.load(ks_row_ptr + (page * PAGE + slot) * stride_ks_t, mask=visible, other=0.0)
@@ -102,8 +112,20 @@ def _msa_prefill_kernel(
             )
             # Per-token V scale folded into the probability tile (the softmax sum l_i stays unscaled).
             v_sc = tl.load(vs_row_ptr + (page * PAGE + slot) * stride_vs_t, mask=visible, other=0.0)
-            p = p * v_sc[None, :]
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+            if KV_UPCAST == 2:
+                # fp16 P: scaled by v_sc over its largest value in the slice (<= 1, never overflows);
+                # that largest value multiplies the fp32 product instead.
+                v_sc_top = tl.max(v_sc, axis=0)
+                v_sc_top = tl.where(v_sc_top > 0.0, v_sc_top, 1.0)
+                p = p * (v_sc / v_sc_top)[None, :]
+            else:
+                p = p * v_sc[None, :]
+            if KV_UPCAST == 1:
+                v = v.to(tl.float32)
+            pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
+            if KV_UPCAST == 2:
+                pv = pv * v_sc_top
+            acc = acc * alpha[:, None] + pv
             m_i = m_new
     else:
         kv_end_row = tl.minimum(prefix + i0 + row_t + 1, seq_len)  # [BLOCK_M]
@@ -132,6 +154,8 @@ def _msa_prefill_kernel(
                     slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
                     # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
                     k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=cols[None, :], other=0.0)
+                    if KV_UPCAST == 1:
+                        k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
                     s = tl.dot(q, k.to(q.dtype))
                     # Per-token K scale folded into the [rows, BLOCK_N] score tile, not the K tile.
                     k_sc = tl.load(ks_row_ptr + (page * PAGE + slot) * stride_ks_t, mask=cols, other=0.0)
@@ -148,8 +172,20 @@ def _msa_prefill_kernel(
                     )
                     # Per-token V scale folded into the probability tile (the softmax sum l_i stays unscaled).
                     v_sc = tl.load(vs_row_ptr + (page * PAGE + slot) * stride_vs_t, mask=cols, other=0.0)
-                    p = p * v_sc[None, :]
-                    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+                    if KV_UPCAST == 2:
+                        # fp16 P: scaled by v_sc over its largest value in the slice (<= 1, never overflows);
+                        # that largest value multiplies the fp32 product instead.
+                        v_sc_top = tl.max(v_sc, axis=0)
+                        v_sc_top = tl.where(v_sc_top > 0.0, v_sc_top, 1.0)
+                        p = p * (v_sc / v_sc_top)[None, :]
+                    else:
+                        p = p * v_sc[None, :]
+                    if KV_UPCAST == 1:
+                        v = v.to(tl.float32)
+                    pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
+                    if KV_UPCAST == 2:
+                        pv = pv * v_sc_top
+                    acc = acc * alpha[:, None] + pv
                     m_i = m_new
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
@@ -169,7 +205,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, **_):
     gqa = num_q_heads // num_kv_heads
     gqa_pad = triton.next_power_of_2(gqa)
     return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
-                BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n)
+                BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
+                KV_UPCAST=config.kv_upcast)
 
 
 def options(config):
@@ -198,4 +235,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '2c547a58bf5ea8758628ae8f21fc15c935d3aabdbcb37ef870691a588ccb4c36'
+INPUTS_SHA256 = '733c5d1ffca70727de9cb55e11be5ffcd2e4b78d671b2226ee480ff8a08eb884'

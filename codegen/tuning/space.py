@@ -11,15 +11,18 @@ from ..variants import get_arch
 # Choices per parameter. Order matters only for readability of the study.
 _COMMON = {"block_n": (32, 64, 128), "num_warps": (4, 8), "num_stages": (1, 2, 3)}
 _PREFILL = {"block_t": (1, 2, 4, 8)}
-_DECODE = {"num_splits": (1, 2, 4, 8, 16), "num_warps": (2, 4, 8), "merge_num_warps": (1, 2, 4)}
+_DECODE = {"num_splits": (1, 2, 4, 8, 16), "num_warps": (2, 4, 8), "fused_merge": (0, 1), "merge_num_warps": (1, 2, 4)}
+_FP8 = {"kv_upcast": (0, 1, 2)}  # how fp8 K/V reach the MMAs (configs.KV_UPCAST_MODES)
 _AMD = {"waves_per_eu": (0, 1, 2, 4), "matrix_instr_nonkdim": (16, 32), "kpack": (1, 2)}
 
 
-def choices(arch: str, kernel: str, topk: int = 16) -> dict[str, tuple]:
+def choices(arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16") -> dict[str, tuple]:
     space = dict(_COMMON)
     space.update(_PREFILL if kernel == "prefill" else _DECODE)
     if kernel == "decode":
         space["num_splits"] = tuple(s for s in space["num_splits"] if s <= topk)
+    if kv_dtype == "fp8":
+        space.update(_FP8)
     if get_arch(arch).amd_knobs:
         space.update(_AMD)
     return space
@@ -28,6 +31,8 @@ def choices(arch: str, kernel: str, topk: int = 16) -> dict[str, tuple]:
 def normalize(config: LaunchConfig) -> LaunchConfig:
     """Parameters that do nothing in this config take their defaults, so equal launches compare equal."""
     if config.num_splits == 1:
+        config = dataclasses.replace(config, fused_merge=LaunchConfig.fused_merge)
+    if config.num_splits == 1 or config.fused_merge:
         config = dataclasses.replace(config, merge_num_warps=LaunchConfig.merge_num_warps)
     return config
 
@@ -43,9 +48,10 @@ def plausible(config: LaunchConfig, *, num_q_heads: int, num_kv_heads: int) -> b
     return rows <= 128
 
 
-def enumerate_space(arch: str, kernel: str, *, num_q_heads: int, num_kv_heads: int, topk: int = 16) -> list[LaunchConfig]:
+def enumerate_space(arch: str, kernel: str, *, num_q_heads: int, num_kv_heads: int, topk: int = 16,
+                    kv_dtype: str = "bf16") -> list[LaunchConfig]:
     """Every distinct plausible config of the space (for exhaustive search and for tests)."""
-    space = choices(arch, kernel, topk)
+    space = choices(arch, kernel, topk, kv_dtype)
     names = list(space)
     seen, configs = set(), []
     for values in itertools.product(*(space[n] for n in names)):
@@ -59,24 +65,33 @@ def enumerate_space(arch: str, kernel: str, *, num_q_heads: int, num_kv_heads: i
     return configs
 
 
-def suggest(trial, arch: str, kernel: str, topk: int = 16) -> LaunchConfig:
-    """Define-by-run sampling for Optuna; merge_num_warps is asked only when there is a merge."""
-    space = choices(arch, kernel, topk)
+def _asked(name: str, values: dict) -> bool:
+    """fused_merge only matters with splits, merge_num_warps only with a merge kernel."""
+    if name == "fused_merge":
+        return values.get("num_splits", 1) > 1
+    if name == "merge_num_warps":
+        return values.get("num_splits", 1) > 1 and not values.get("fused_merge", 0)
+    return True
+
+
+def suggest(trial, arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16") -> LaunchConfig:
+    """Define-by-run sampling for Optuna: a parameter is asked only where it does something."""
+    space = choices(arch, kernel, topk, kv_dtype)
     values = {}
     for name, options in space.items():
-        if name == "merge_num_warps" and values.get("num_splits", 1) == 1:
+        if not _asked(name, values):
             continue
         values[name] = trial.suggest_categorical(name, list(options))
     return normalize(LaunchConfig(**values))
 
 
-def params_of(config: LaunchConfig, arch: str, kernel: str, topk: int = 16) -> dict:
+def params_of(config: LaunchConfig, arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16") -> dict:
     """The Optuna params that make `suggest` return `config` (for enqueue_trial)."""
     config = normalize(config)
-    space = choices(arch, kernel, topk)
+    space = choices(arch, kernel, topk, kv_dtype)
     params = {}
     for name in space:
-        if name == "merge_num_warps" and config.num_splits == 1:
+        if not _asked(name, params):
             continue
         params[name] = getattr(config, name)
     return params

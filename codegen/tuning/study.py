@@ -103,6 +103,16 @@ class TunerState:
         self.confirmations = 0
         self.finished: list[str] = []  # studies this worker finished and published
         self.finished_elsewhere: list[str] = []
+        # Wall seconds by phase, for the report: where tuning time goes.
+        self.phase_s = {"prepare": 0.0, "trials": 0.0, "confirm": 0.0}
+        self.started = time.monotonic()
+
+    def timed(self, phase: str, fn, *args, **kwargs):
+        start = time.monotonic()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.phase_s[phase] += time.monotonic() - start
 
     def db(self, fn, *args, **kwargs):
         return self.retry.call(fn, *args, **kwargs)
@@ -111,9 +121,14 @@ class TunerState:
         self.heartbeats.close()
 
     def report(self) -> str:
+        total = time.monotonic() - self.started
+        rest = total - sum(self.phase_s.values())
         return (f"msa-tune: worker {TUNER_ID} ran {self.trials_run} trials and {self.confirmations} confirmations; "
                 f"finished {len(self.finished)} buckets here, {len(self.finished_elsewhere)} were finished by "
-                f"other workers or earlier runs")
+                f"other workers or earlier runs\n"
+                f"msa-tune: {total:.0f} s = static checks and compiles {self.phase_s['prepare']:.0f} s + trials "
+                f"{self.phase_s['trials']:.0f} s + confirmations {self.phase_s['confirm']:.0f} s + search, "
+                f"database and waiting {rest:.0f} s")
 
     def try_claim(self, study_id: int) -> _FinishClaim | None:
         """The finish claim of a study for this worker, or None while another live worker holds it.
@@ -228,7 +243,7 @@ def _seed(study, bucket: Bucket) -> None:
     if study.user_attrs.get("seeded"):
         return
     study.set_user_attr("seeded", True)
-    study.enqueue_trial(params_of(default_for(bucket), bucket.arch, bucket.kernel, bucket.topk), skip_if_exists=True)
+    study.enqueue_trial(params_of(default_for(bucket), bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype), skip_if_exists=True)
 
 
 _ORPHAN_S = 600
@@ -298,7 +313,7 @@ def _study_for(bucket, study_name, settings, state):
         space = list({config_key(c): c for c in [default_for(bucket)] + [normalize(c) for c in settings.candidates]}.values())
     else:
         space = enumerate_space(bucket.arch, bucket.kernel, num_q_heads=bucket.num_q_heads,
-                                num_kv_heads=bucket.num_kv_heads, topk=bucket.topk)
+                                num_kv_heads=bucket.num_kv_heads, topk=bucket.topk, kv_dtype=bucket.kv_dtype)
     exhaustive = len(space) <= settings.trials
     sampler = (optuna.samplers.BruteForceSampler(seed=settings.seed) if exhaustive else
                optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, group=True,
@@ -347,7 +362,7 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
             waiting = _waiting_keys(trials)
             for key in unclaimed[:batch]:
                 if key not in waiting:
-                    study.enqueue_trial(params_of(space_keys[key], bucket.arch, bucket.kernel, bucket.topk))
+                    study.enqueue_trial(params_of(space_keys[key], bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype))
             room = min(room, len(unclaimed))
         if room <= 0:  # the rest is being measured by other workers
             return _busy(bucket, study_name, state, log, f"the last {len(running)} trials are running elsewhere")
@@ -356,7 +371,7 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
         for _ in range(min(batch, room)):
             trial = study.ask()
             state.heartbeats.add(trial._trial_id)
-            config = suggest(trial, bucket.arch, bucket.kernel, bucket.topk)
+            config = suggest(trial, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype)
             key = config_key(config)
             trial.set_user_attr("config_key", key)
             trial.set_user_attr("config", config.to_dict())
@@ -373,13 +388,13 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
             if _taken_by_an_earlier_trial(trial, config_key(config), current):
                 _tell(study, trial, state, duplicate=True)
                 pending.remove((trial, config))
-        problems = preparer([_request(bucket, c, settings) for _, c in pending])
+        problems = state.timed("prepare", preparer, [_request(bucket, c, settings) for _, c in pending])
         for (trial, config), found in zip(list(pending), problems):
             if found:
                 _tell(study, trial, state, failure=("static", "; ".join(found)), log=log, bucket=bucket)
                 pending.remove((trial, config))
         for trial, config in pending:
-            result = worker.run(_request(bucket, config, settings), settings.trial_timeout_s)
+            result = state.timed("trials", worker.run, _request(bucket, config, settings), settings.trial_timeout_s)
             if result.get("ok"):
                 _tell(study, trial, state, value=result["time_us"], log=log, bucket=bucket,
                       attrs={n: result[n] for n in ("p10_us", "p90_us", "rel_l2", "max_abs", "calls", "replays")
@@ -515,7 +530,8 @@ def _finish(bucket, study, study_name, settings, worker, log, state=None) -> Buc
     else:
         changed = {k: v for k, v in candidate.to_dict().items() if default.to_dict().get(k) != v}
         log(f"  {bucket.label}: confirming {changed} against the default")
-        confirmed = _confirm(bucket, candidate, default, settings, worker)
+        confirmed = (state.timed("confirm", _confirm, bucket, candidate, default, settings, worker) if state is not None
+                     else _confirm(bucket, candidate, default, settings, worker))
         if state is not None:
             state.confirmations += 1
         if confirmed is None:

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from ..accuracy import compare
+from ..accuracy import compare, gate_dtype
 from ..cases import run_kernel
 from ..configs import LaunchConfig
 from ..reference import reference_batched
@@ -102,7 +102,7 @@ def run_trial(request: dict) -> dict:
             out = run_kernel(accuracy, arch=bucket.arch if interpret else None, config=config)
             if not interpret:
                 torch.cuda.synchronize()
-            verdict = compare(out, ref, accuracy.args["q"].dtype)
+            verdict = compare(out, ref, gate_dtype(accuracy.args["q"].dtype, config))
             result.update(rel_l2=verdict.rel_l2, max_abs=verdict.max_abs)
             if not verdict.ok:
                 return dict(ok=False, kind="wrong_result", message=str(verdict), **result)

@@ -46,9 +46,9 @@ def test_prefill_gpu(arch, mode, kv_dtype, layout, block_n, block_t):
 
 @pytest.mark.parametrize("mode,kv_dtype", MODES)
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-@pytest.mark.parametrize("num_splits", [1, 5])
+@pytest.mark.parametrize("num_splits,fused", [(1, 0), (5, 0), (5, 1), (16, 1)])
 @pytest.mark.parametrize("shape", ["uniform_q1", "uniform_q4", "varlen_padded"])
-def test_decode_gpu(arch, mode, kv_dtype, layout, num_splits, shape):
+def test_decode_gpu(arch, mode, kv_dtype, layout, num_splits, fused, shape):
     hq, hkv = LAYOUTS[layout]
     kw = dict(arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode,
               q_dtype=torch.bfloat16, device="cuda", seed=num_splits)
@@ -58,30 +58,54 @@ def test_decode_gpu(arch, mode, kv_dtype, layout, num_splits, shape):
         case = cases.decode_case(seq_lens=[5000, 2100], decode_query_len=4, padded_rows=3, **kw)
     else:
         case = cases.decode_case(seq_lens=[3000, 70, 0, 2500], varlen_q_lens=[3, 1, 0, 2], padded_rows=5, **kw)
-    out = _check(case, LaunchConfig(block_n=64, num_splits=num_splits))
+    out = _check(case, LaunchConfig(block_n=64, num_splits=num_splits, fused_merge=fused))
     real = case.args["q"].shape[0] - {"uniform_q1": 0, "uniform_q4": 3, "varlen_padded": 5}[shape]
     assert torch.equal(out[real:], torch.zeros_like(out[real:]))
 
 
-def test_decode_cuda_graph_replay(arch):
-    """Captured once, replayed on new inputs copied into the same buffers: still right."""
+@pytest.mark.parametrize("fused", [0, 1])
+def test_decode_cuda_graph_replay(arch, fused):
+    """Captured once (three calls in one graph), replayed on new inputs copied into the same
+    buffers, several times: still right (the fused merge's counters return to zero each call)."""
     kw = dict(arch=arch, num_q_heads=16, num_kv_heads=1, q_dtype=torch.bfloat16, device="cuda")
     case = cases.decode_case(seq_lens=[4000, 300, 7000], padded_rows=2, seed=1, **kw)
-    config = LaunchConfig(block_n=64, num_splits=4)
+    config = LaunchConfig(block_n=64, num_splits=4, fused_merge=fused)
     cases.run_kernel(case, config=config)  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        cases.run_kernel(case, config=config)
-    fresh = cases.decode_case(seq_lens=[4000, 300, 7000], padded_rows=2, seed=2, **kw)
-    for name, value in fresh.args.items():
-        if isinstance(value, torch.Tensor) and name != "output":
-            case.args[name].copy_(value)
-    case.poison()
-    graph.replay()
-    torch.cuda.synchronize()
-    result = compare(case.output, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
-    assert result.ok, str(result)
+        for _ in range(3):
+            cases.run_kernel(case, config=config)
+    for seed in (2, 3, 4):
+        fresh = cases.decode_case(seq_lens=[4000, 300, 7000], padded_rows=2, seed=seed, **kw)
+        for name, value in fresh.args.items():
+            if isinstance(value, torch.Tensor) and name != "output":
+                case.args[name].copy_(value)
+        case.poison()
+        graph.replay()
+        torch.cuda.synchronize()
+        result = compare(case.output, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
+        assert result.ok, f"replay with seed {seed}: {result}"
+
+
+@pytest.mark.parametrize("mode", ["scalar", "per_token_head", "none"])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("kernel", ["prefill", "decode"])
+@pytest.mark.parametrize("kv_upcast", [1, 2])
+def test_kv_upcast_gpu(arch, mode, layout, kernel, kv_upcast):
+    """fp8 K/V through fp32, or into fp16 MMAs, at the bf16 gate."""
+    hq, hkv = LAYOUTS[layout]
+    kw = dict(arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype="fp8", scale_mode=mode, q_dtype=torch.bfloat16,
+              device="cuda", seed=7 + kv_upcast)
+    if kernel == "prefill":
+        case = cases.prefill_case(q_lens=[40, 7, 130], prefix_lens=[3000, 0, 900], pattern="correlated", **kw)
+        configs = [LaunchConfig(block_n=128, kv_upcast=kv_upcast), LaunchConfig(block_n=64, block_t=4, kv_upcast=kv_upcast)]
+    else:
+        case = cases.decode_case(seq_lens=[9000, 130, 2100, 40000], **kw)
+        configs = [LaunchConfig(block_n=128, num_splits=1, kv_upcast=kv_upcast),
+                   LaunchConfig(block_n=64, num_splits=8, fused_merge=1, kv_upcast=kv_upcast)]
+    for config in configs:
+        _check(case, config)
 
 
 @pytest.mark.parametrize("kernel", ["prefill", "decode"])

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from codegen import LaunchConfig, cases
-from codegen.accuracy import compare
+from codegen.accuracy import compare, gate_dtype
 from codegen.variants import ARCHS
 
 # (scale mode, KV cache dtype): fp8 with each scale mode, fp8 without scales, and a bf16 cache.
@@ -25,7 +25,7 @@ def _check(case, arch, config):
     out = cases.run_kernel(case, arch=arch, config=config)
     assert out is case.output
     ref = cases.run_reference(case)
-    result = compare(out, ref, case.args["q"].dtype)
+    result = compare(out, ref, gate_dtype(case.args["q"].dtype, config))
     assert result.ok, f"{arch} {case.kernel} {case.scale_mode}: {result}"
     return out, ref
 
@@ -132,3 +132,69 @@ def test_unfolded_baseline(arch, kernel):
         out = cases.run_kernel(case, arch=arch, config=_config(arch, num_splits=splits), fold_scales=False)
         result = compare(out, cases.run_reference(case), torch.float32)
         assert result.ok, str(result)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("mode,kv_dtype", MODES)
+@pytest.mark.parametrize("shape", sorted(DECODE_SHAPES))
+def test_decode_fused_merge(arch, mode, kv_dtype, shape):
+    """One launch: the last split program of each (token, KV head) merges; its counter is zero
+    again afterwards, so a second call (as a CUDA graph replay would) starts clean."""
+    from codegen import workspace
+
+    config = _config(arch, block_n=32, num_splits=3, fused_merge=1)
+    for seed in (11, 12):
+        case = cases.decode_case(arch=arch, kv_dtype=kv_dtype, scale_mode=mode, seed=seed,
+                                 **DECODE_SHAPES[shape], **SMALL)
+        out, _ = _check(case, arch, config)
+        real = case.args["q"].shape[0] - DECODE_SHAPES[shape].get("padded_rows", 0)
+        assert torch.equal(out[real:], torch.zeros_like(out[real:])), "padded rows must come out as zeros"
+        counters = workspace.arrival_counters(case.args["q"].device, 1)
+        assert int(counters.abs().sum()) == 0, "the fused merge must leave its arrival counters at zero"
+
+
+FP8_MODES = [m for m in MODES if m[1] == "fp8"]
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("mode,kv_dtype", FP8_MODES)
+@pytest.mark.parametrize("kernel", ["prefill", "decode"])
+@pytest.mark.parametrize("kv_upcast", [1, 2])
+def test_kv_upcast(arch, mode, kv_dtype, kernel, kv_upcast):
+    """fp8 K/V through fp32 (exact: judged at fp32) or into fp16 MMAs (judged at fp16)."""
+    if kernel == "prefill":
+        case = cases.prefill_case(arch=arch, kv_dtype=kv_dtype, scale_mode=mode, seed=40 + kv_upcast,
+                                  **PREFILL_SHAPES["correlated"], **SMALL)
+        config = _config(arch, block_n=32, block_t=2, kv_upcast=kv_upcast)
+    else:
+        case = cases.decode_case(arch=arch, kv_dtype=kv_dtype, scale_mode=mode, seed=40 + kv_upcast,
+                                 **DECODE_SHAPES["uniform_spec_q4"], **SMALL)
+        config = _config(arch, block_n=64, num_splits=2, kv_upcast=kv_upcast)
+    _check(case, arch, config)
+
+
+@pytest.mark.parametrize("kernel", ["prefill", "decode"])
+def test_fp16_mmas_keep_huge_queries_finite(kernel):
+    """Queries far beyond fp16's range (1e6) are divided into it inside the kernel, and large
+    per-token V scales do not overflow the fp16 probabilities."""
+    arch = "sm90"
+    make = cases.prefill_case if kernel == "prefill" else cases.decode_case
+    shape = PREFILL_SHAPES["cross_page"] if kernel == "prefill" else DECODE_SHAPES["uniform_q1"]
+    case = make(arch=arch, kv_dtype="fp8", scale_mode="per_token_head", seed=5, **shape, **SMALL)
+    case.args["q"].mul_(1e6 / case.args["q"].abs().max())
+    case.args["v_scale"].mul_(1e5)  # dequantized V up to ~4e7: P * v_scale would overflow fp16
+    config = _config(arch, block_n=32, kv_upcast=2, **({"num_splits": 2} if kernel == "decode" else {}))
+    case.poison()
+    out = cases.run_kernel(case, arch=arch, config=config)
+    ref = cases.run_reference(case)
+    result = compare(out, ref, torch.float16)
+    # Outputs are ~1e7 here: the absolute tolerance scales with them.
+    assert result.unwritten == 0 and result.rel_l2 <= result.rel_tol, str(result)
+    assert result.max_abs <= result.abs_tol * float(ref.abs().max()), str(result)
+
+
+def test_kv_upcast_needs_an_fp8_cache():
+    case = cases.decode_case(arch="sm90", kv_dtype="bf16", scale_mode="none", seed=3,
+                             **DECODE_SHAPES["uniform_q1"], **SMALL)
+    with pytest.raises(ValueError, match="config.kv_upcast"):
+        cases.run_kernel(case, arch="sm90", config=_config("sm90", kv_upcast=2))
