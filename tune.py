@@ -12,6 +12,7 @@ to tuned_configs/<arch>__<DEVICE>.json (atomic, merged per table), which the run
   msa-tune --storage postgresql+psycopg://user@host/db   # studies shared by workers on many GPUs/hosts
   msa-tune status --storage URL              # per bucket: trials done/running/failed, best, workers alive
   msa-tune export --storage URL              # rebuild tuned_configs/*.json from the finished studies
+  msa-tune table [FILE]                      # a tuned-config file as a markdown table
 
 Any number of workers may run the same command against one --storage (one process per GPU, on one
 host or many): each bucket's study is worked by whoever is free, no config is measured twice, and
@@ -137,6 +138,10 @@ def main(argv=None) -> int:
         from codegen.tuning import status
 
         return status.main(argv)
+    if argv[:1] == ["table"]:
+        from codegen.tuning import table
+
+        return table.main(argv[1:])
     args = _parser().parse_args(argv)
     if args.interpret:
         os.environ["TRITON_INTERPRET"] = "1"
@@ -236,7 +241,8 @@ def main(argv=None) -> int:
                 publish = functools.partial(_write, out_path, arch, device_name, inputs=inputs, versions=versions,
                                             args=args, argv=argv)
                 outcome = tune_bucket(bucket, bucket.study_name(inputs, versions["triton"]), settings, worker,
-                                      preparer, log=log, state=state, publish=publish)
+                                      preparer, log=log, state=state, publish=publish,
+                                      neighbours=_neighbour_configs(out_path, bucket))
                 if outcome == BUSY:
                     continue
                 pending.remove(item)
@@ -263,6 +269,30 @@ def main(argv=None) -> int:
     print(_table(results, time.monotonic() - started))
     print(state.report(), flush=True)
     return 0
+
+
+def _neighbour_configs(out_path, bucket, count: int = 2) -> list:
+    """Configs chosen (not the default) for the `count` buckets of this table nearest to `bucket` in
+    log2 tokens, from the file this run writes; none when it does not exist or cannot be read."""
+    import math
+
+    from codegen import tuned_store
+    from codegen.configs import LaunchConfig
+
+    try:
+        table = tuned_store.read_document(out_path)["tables"].get(bucket.table_key, {})
+    except (OSError, ValueError):
+        return []
+    entries = [(abs(math.log2(int(tokens)) - math.log2(bucket.tokens)), int(tokens), entry)
+               for tokens, entry in table.get("buckets", {}).items()
+               if int(tokens) != bucket.tokens and not entry.get("is_default")]
+    configs = []
+    for _, _, entry in sorted(entries, key=lambda e: (e[0], e[1]))[:count]:
+        try:
+            configs.append(LaunchConfig.from_dict(entry["config"]))
+        except (TypeError, ValueError):
+            continue
+    return configs
 
 
 def _write(out_path, arch, device_name, result, *, inputs, versions, args, argv) -> dict:

@@ -74,10 +74,19 @@ def inputs_sha256(variant: Variant, templates_hash: str | None = None) -> str:
     return h.hexdigest()
 
 
-def _header(variant: Variant, digest: str) -> str:
+def _included(env: jinja2.Environment, name: str) -> list[str]:
+    """The templates `name` imports or includes (directly), in the order they appear."""
+    import jinja2.meta
+
+    source = env.loader.get_source(env, name)[0]
+    return [t for t in jinja2.meta.find_referenced_templates(env.parse(source)) if t]
+
+
+def _header(variant: Variant, digest: str, env: jinja2.Environment) -> str:
+    shared = ", ".join(f"templates/{t}" for t in _included(env, variant.template))
     return (
         "# GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.\n"
-        f"# template: templates/{variant.template} (with templates/_attend.jinja)\n"
+        f"# template: templates/{variant.template}{f' (with {shared})' if shared else ''}\n"
         f"# variant: {variant.name} (arch={variant.arch}, kernel={variant.kernel}, "
         f"scale_mode={variant.scale_mode}{'' if variant.fold_scales else ', unfolded baseline'})\n"
         f"# inputs-sha256: {digest}\n"
@@ -88,7 +97,7 @@ def render(variant: Variant, env: jinja2.Environment | None = None, templates_ha
     env = env or _environment()
     digest = inputs_sha256(variant, templates_hash)
     body = env.get_template(variant.template).render(**template_params(variant))
-    text = _header(variant, digest) + body.rstrip() + f"\n\nINPUTS_SHA256 = {digest!r}\n"
+    text = _header(variant, digest, env) + body.rstrip() + f"\n\nINPUTS_SHA256 = {digest!r}\n"
     return Rendered(variant, GENERATED_DIR / f"{variant.name}.py", text, digest)
 
 

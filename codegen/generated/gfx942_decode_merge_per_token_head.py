@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
+# template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_per_token_head (arch=gfx942, kernel=decode_merge, scale_mode=per_token_head)
 # inputs-sha256: 71f92ca40026d00d3297c64341adfc12dbfb0e8dafeeca8ab4a42c892b3593e8
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `per_token_head`.

@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
+# template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_scalar (arch=gfx942, kernel=decode_merge, scale_mode=scalar)
 # inputs-sha256: 07989fd8f19fd2aec52bd33ea709039e0590c9102d474d664cc443ed39ce58ca
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `scalar`.

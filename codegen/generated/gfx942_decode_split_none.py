@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/decode_split.py.jinja (with templates/_attend.jinja)
+# template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_none (arch=gfx942, kernel=decode_split, scale_mode=none)
 # inputs-sha256: ffa8702ad422b06095f83e5566b4c56336cdec1fb74e0bf98f99dc3a29419b8d
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `none`.

@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/decode_split.py.jinja (with templates/_attend.jinja)
+# template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_per_token_head (arch=gfx942, kernel=decode_split, scale_mode=per_token_head)
 # inputs-sha256: 71f92ca40026d00d3297c64341adfc12dbfb0e8dafeeca8ab4a42c892b3593e8
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `per_token_head`.

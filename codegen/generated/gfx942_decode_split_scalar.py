@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/decode_split.py.jinja (with templates/_attend.jinja)
+# template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
 # inputs-sha256: 07989fd8f19fd2aec52bd33ea709039e0590c9102d474d664cc443ed39ce58ca
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.

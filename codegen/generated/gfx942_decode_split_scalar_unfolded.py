@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/decode_split.py.jinja (with templates/_attend.jinja)
+# template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
 # inputs-sha256: d24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.

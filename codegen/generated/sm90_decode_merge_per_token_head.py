@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
+# template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_per_token_head (arch=sm90, kernel=decode_merge, scale_mode=per_token_head)
 # inputs-sha256: 733c5d1ffca70727de9cb55e11be5ffcd2e4b78d671b2226ee480ff8a08eb884
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `per_token_head`.

@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/decode_merge.py.jinja (with templates/_attend.jinja)
+# template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_scalar (arch=sm90, kernel=decode_merge, scale_mode=scalar)
 # inputs-sha256: 962da763caa1d7a45f0887e121e8b4164f5bbeb0931f589551cb028f02dc9e8d
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `scalar`.

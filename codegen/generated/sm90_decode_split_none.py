@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/decode_split.py.jinja (with templates/_attend.jinja)
+# template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
 # inputs-sha256: 9dcd321259ddd8c8864254bb1c4dd305f9be35c503bad67a2023dc8e6fbb1040
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.

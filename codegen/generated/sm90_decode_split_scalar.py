@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/decode_split.py.jinja (with templates/_attend.jinja)
+# template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
 # inputs-sha256: 962da763caa1d7a45f0887e121e8b4164f5bbeb0931f589551cb028f02dc9e8d
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.

@@ -1,5 +1,5 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/decode_split.py.jinja (with templates/_attend.jinja)
+# template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar_unfolded (arch=sm90, kernel=decode_split, scale_mode=scalar, unfolded baseline)
 # inputs-sha256: cf0dc300e25dbb65b4c658fc1263560c3862eb2a6ca926ff4ca39b93ce6beaee
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.

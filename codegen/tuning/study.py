@@ -20,6 +20,7 @@ import socket
 import statistics
 import time
 import warnings
+import zlib
 
 import optuna
 
@@ -238,12 +239,22 @@ def _claimed_keys(trials) -> set[str]:
     return {_key_of(t) for t in _evaluated(trials) + _running(trials)}
 
 
-def _seed(study, bucket: Bucket) -> None:
-    """The default is always the first trial of a study (the baseline every candidate must beat)."""
+def _seed(study, bucket: Bucket, space_keys: set[str], neighbours=()) -> None:
+    """The default is always the first trial of a study (the baseline every candidate must beat);
+    then the configs chosen for the nearest finished buckets of the same table, when they are in
+    this study's space: a neighbour's winner is the likeliest good point, and costs one trial."""
     if study.user_attrs.get("seeded"):
         return
     study.set_user_attr("seeded", True)
-    study.enqueue_trial(params_of(default_for(bucket), bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype), skip_if_exists=True)
+    queued = set()
+    for config in [default_for(bucket), *neighbours]:
+        config = normalize(config)
+        key = config_key(config)
+        if key in queued or key not in space_keys:
+            continue
+        queued.add(key)
+        study.enqueue_trial(params_of(config, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype),
+                            skip_if_exists=True)
 
 
 _ORPHAN_S = 600
@@ -289,24 +300,26 @@ def is_final(result: dict | None, target: int) -> bool:
 
 
 def tune_bucket(bucket: Bucket, study_name: str, settings: TuneSettings, worker: TrialWorker,
-                preparer: Preparer, log=print, state: TunerState | None = None, publish=None):
+                preparer: Preparer, log=print, state: TunerState | None = None, publish=None, neighbours=()):
     """Works on one bucket's study until it is finished or the rest of it is in other workers' hands.
 
     Returns the BucketResult when this worker finished the bucket (confirmation run, then
     `publish(result)`, whose JSON-able return value is stored in the study as its "result"), BUSY
     when others are measuring what is left (or finishing it), FINISHED_ELSEWHERE when it was
-    already finished. Raises StorageUnavailable when the database stays unreachable."""
+    already finished. Raises StorageUnavailable when the database stays unreachable.
+    `neighbours`: configs chosen for nearby buckets of the same table, queued after the default
+    when the study is created."""
     own_state = state is None
     if own_state:
         state = TunerState(settings, log=log)
     try:
-        return _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish)
+        return _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish, neighbours)
     finally:
         if own_state:
             state.close()
 
 
-def _study_for(bucket, study_name, settings, state):
+def _study_for(bucket, study_name, settings, state, neighbours=()):
     if study_name in state.studies:
         return state.studies[study_name]
     if settings.candidates is not None:
@@ -315,20 +328,23 @@ def _study_for(bucket, study_name, settings, state):
         space = enumerate_space(bucket.arch, bucket.kernel, num_q_heads=bucket.num_q_heads,
                                 num_kv_heads=bucket.num_kv_heads, topk=bucket.topk, kv_dtype=bucket.kv_dtype)
     exhaustive = len(space) <= settings.trials
-    sampler = (optuna.samplers.BruteForceSampler(seed=settings.seed) if exhaustive else
-               optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, group=True,
+    # One seed per study, fixed by its name: a re-run proposes the same points, while the buckets
+    # of a table do not all start from the same random points (the H200 run showed they did).
+    seed = (settings.seed + zlib.crc32(study_name.encode())) % 2**31
+    sampler = (optuna.samplers.BruteForceSampler(seed=seed) if exhaustive else
+               optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
                                           n_startup_trials=max(5, settings.trials // 4)))
     study = optuna.create_study(study_name=study_name, storage=state.storage, direction="minimize", sampler=sampler,
                                 load_if_exists=True)
-    _seed(study, bucket)
+    _seed(study, bucket, {config_key(c) for c in space}, neighbours)
     if study.user_attrs.get("heartbeat_s") != settings.heartbeat_s:  # for `tune.py status`: when a beat is stale
         study.set_user_attr("heartbeat_s", settings.heartbeat_s)
     state.studies[study_name] = (study, space, exhaustive)
     return state.studies[study_name]
 
 
-def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish):
-    study, space, exhaustive = _study_for(bucket, study_name, settings, state)
+def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish, neighbours=()):
+    study, space, exhaustive = _study_for(bucket, study_name, settings, state, neighbours)
     budget_end = state.bucket_start.setdefault(study_name, time.monotonic()) + settings.bucket_time_s
     target = min(settings.trials, len(space))
     batch = max(1, settings.precompile_workers) if not settings.interpret else 1
@@ -395,6 +411,13 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
                 pending.remove((trial, config))
         for trial, config in pending:
             result = state.timed("trials", worker.run, _request(bucket, config, settings), settings.trial_timeout_s)
+            if result.get("kind") == "out_of_memory" and _oom_losses(study, config_key(config)) < _OOM_RETRIES:
+                # Out of GPU memory says nothing about the config: drop this attempt, queue the config again.
+                log(f"  {bucket.label} trial #{trial.number}: out of GPU memory; queued again")
+                trial.set_user_attr("lost", "out_of_memory")
+                _tell(study, trial, state, duplicate=True)
+                study.enqueue_trial(params_of(config, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype))
+                continue
             if result.get("ok"):
                 _tell(study, trial, state, value=result["time_us"], log=log, bucket=bucket,
                       attrs={n: result[n] for n in ("p10_us", "p90_us", "rel_l2", "max_abs", "calls", "replays")
@@ -403,6 +426,14 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
                 _tell(study, trial, state, failure=(result.get("kind", "error"), result.get("message", "")),
                       log=log, bucket=bucket)
         log(_progress(bucket, study))
+
+
+_OOM_RETRIES = 2  # attempts of one config lost to out-of-memory before it counts as its failure
+
+
+def _oom_losses(study, key: str) -> int:
+    return sum(1 for t in study.get_trials(deepcopy=False)
+               if t.user_attrs.get("lost") == "out_of_memory" and t.user_attrs.get("config_key") == key)
 
 
 def _busy(bucket, study_name, state, log, why: str) -> str:

@@ -57,6 +57,8 @@ def _classify(exc: BaseException) -> tuple[str, bool]:
         return "out_of_resources", False
     if name in ("CompilationError", "CompileTimeAssertionFailure") or "PassManager::run failed" in text:
         return "compile_error", False
+    if name == "OutOfMemoryError" or "CUDA out of memory" in text:
+        return "out_of_memory", True  # the GPU's state, not the config's verdict: restart, retry later
     if "illegal memory access" in text or "CUDA error" in text or "device-side assert" in text:
         return "crash", True  # the CUDA context is unusable after this
     return "error", False
@@ -151,4 +153,14 @@ def prepare(request: dict) -> list[str]:
             torch.cuda.synchronize()
         except Exception:  # noqa: BLE001 - the trial worker reproduces and records it
             pass
+        finally:
+            # A dozen preparers each holding a large bucket's inputs left the trial worker without
+            # memory (H200, decode 64x4@256: 13 trials failed with CUDA OOM). Keep small inputs for
+            # the next candidate; give large ones back at once.
+            if torch.cuda.memory_allocated() > _KEEP_BYTES:
+                _first_sets.clear()
+                torch.cuda.empty_cache()
     return []
+
+
+_KEEP_BYTES = 256 << 20

@@ -69,6 +69,15 @@ def test_failing_trials_are_recorded_and_the_study_finishes(tmp_path):
     assert entry["config"] != FAULTS[3] | {"merge_num_warps": 4}, "garbage must never be chosen"
 
 
+def test_out_of_memory_is_retried_not_recorded_as_the_configs_failure(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNE_TEST_MARKERS", str(tmp_path))
+    path = _run(tmp_path, "--kernels", "decode", "--decode-buckets", "2", "--trials", "10",
+                "--runner", "tune_faults:oom_once", "--candidates", json.dumps(FAULTS[4:]))
+    assert (tmp_path / "oom-64-2").exists(), "the injected out-of-memory never happened"
+    entry = tuned_store.read_document(path)["tables"]["decode/scalar/fp8/8x1"]["buckets"]["2"]
+    assert entry["trials"] == 2 and entry["failures"] == 0, entry  # the default and the retried candidate
+
+
 CANDIDATES = [dict(block_n=b, num_warps=w, num_stages=1, num_splits=2) for b in (32, 64) for w in (2, 4, 8)]
 REPO = __import__("pathlib").Path(tune.__file__).resolve().parent
 
@@ -233,3 +242,39 @@ def test_trials_beat_from_the_start_and_orphans_are_failed_and_queued_again(tmp_
         assert S._key_of(trials[3]) == S._key_of(trials[2]) is not None  # queued again, same config
     finally:
         state.close()
+
+
+def test_studies_are_seeded_with_the_neighbouring_buckets_winners(tmp_path):
+    """A new bucket's study queues the default, then the configs chosen for the nearest buckets of
+    the same table (read from the file this run writes); points outside its space are skipped."""
+    import optuna
+
+    from codegen.tuning.buckets import Bucket
+    from codegen.tuning.space import config_key, default_for, enumerate_space
+    from codegen.tuning.study import _seed
+
+    first = _run(tmp_path, "--kernels", "decode", "--decode-buckets", "2", "--trials", "2")
+    doc = tuned_store.read_document(first)
+    table = doc["tables"]["decode/scalar/fp8/8x1"]
+    chosen = LaunchConfig(block_n=32, num_warps=8, num_stages=1, num_splits=4, fused_merge=1, kv_upcast=2)
+    far = LaunchConfig(block_n=128, num_warps=2, num_stages=1, num_splits=2)
+    table["buckets"]["2"].update(config=chosen.to_dict(), is_default=False)
+    table["buckets"]["64"] = dict(table["buckets"]["2"], config=far.to_dict())
+    table["buckets"]["16"] = dict(table["buckets"]["2"], config=LaunchConfig().to_dict(), is_default=True)
+    tuned_store.write_document(first, doc)
+
+    bucket = Bucket(arch="sm90", device="cpu-interpreter", kernel="decode", scale_mode="scalar", kv_dtype="fp8",
+                    num_q_heads=8, num_kv_heads=1, tokens=4, head_dim=32, topk=4, context=300, pattern="correlated")
+    neighbours = tune._neighbour_configs(first, bucket)
+    assert neighbours == [chosen, far], "nearest in log2 tokens first; the default-keeping bucket is skipped"
+
+    space = enumerate_space("sm90", "decode", num_q_heads=8, num_kv_heads=1, topk=4, kv_dtype="fp8")
+    study = optuna.create_study()
+    _seed(study, bucket, {config_key(c) for c in space} - {config_key(far)}, neighbours)
+    queued = [t.system_attrs["fixed_params"] for t in study.get_trials(deepcopy=False)]
+    assert len(queued) == 2  # `far` is outside this (restricted) space
+    assert queued[0]["block_n"] == default_for(bucket).block_n
+    assert queued[1] == {"block_n": 32, "num_warps": 8, "num_stages": 1, "num_splits": 4, "fused_merge": 1,
+                         "kv_upcast": 2}
+    _seed(study, bucket, {config_key(c) for c in space}, neighbours)
+    assert len(study.get_trials(deepcopy=False)) == 2, "a study is seeded once"

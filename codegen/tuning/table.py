@@ -1,0 +1,71 @@
+"""`msa-tune table [FILE ...]`: a tuned-config file as a markdown table (the README's tuning table).
+
+One row per bucket: default and tuned time from the confirmation run (or the search when the
+default won), speedup, trials, failed trials, and the fields where the chosen config differs from
+the arch default. Reads only the JSON (no study database, no GPU).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+
+from ..configs import LaunchConfig
+from ..tuned_store import REPO_CONFIG_DIR, validate_document
+
+
+def _changed(config: dict) -> str:
+    default = LaunchConfig().to_dict()
+    diff = {k: v for k, v in sorted(config.items()) if default.get(k) != v}
+    return ", ".join(f"{k}={v}" for k, v in diff.items()) or "(arch default)"
+
+
+def rows(doc: dict) -> list[dict]:
+    out = []
+    for key, table in sorted(doc["tables"].items()):
+        for tokens, entry in sorted(table["buckets"].items(), key=lambda kv: int(kv[0])):
+            d, t = entry.get("default_us"), entry.get("tuned_us")
+            out.append(dict(bucket=f"{key}@{tokens}", default_us=d, tuned_us=t,
+                            speedup=(d / t) if d and t else None, trials=entry.get("trials", 0),
+                            failures=entry.get("failures", 0),
+                            config="default" if entry.get("is_default") else _changed(entry["config"])))
+    return out
+
+
+def markdown(doc: dict) -> str:
+    fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    lines = ["| bucket | default us | tuned us | speedup | trials | failed | config |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    table = rows(doc)
+    for r in table:
+        speed = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        lines.append(f"| {r['bucket']} | {fmt(r['default_us'])} | {fmt(r['tuned_us'])} | {speed} | {r['trials']} "
+                     f"| {r['failures']} | {r['config']} |")
+    speedups = [r["speedup"] for r in table if r["speedup"]]
+    if speedups:
+        lines.append(f"\n{len(table)} buckets; speedup over the arch default: median {statistics.median(speedups):.2f}x, "
+                     f"max {max(speedups):.2f}x; {sum(r['config'] != 'default' for r in table)} buckets keep a tuned config.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="msa-tune table", description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="*", type=pathlib.Path, help="tuned-config JSON files (default: every measured "
+                   "file in tuned_configs/)")
+    args = p.parse_args(argv)
+    files = args.files or sorted(REPO_CONFIG_DIR.glob("*.json"))
+    for path in files:
+        try:
+            doc = json.loads(path.read_text())
+            validate_document(doc)
+        except (OSError, ValueError) as exc:
+            print(f"msa-tune table: {path}: {exc}", file=sys.stderr)
+            return 2
+        if not args.files and not any(t["provenance"].get("measured") for t in doc["tables"].values()):
+            continue
+        prov = next(iter(doc["tables"].values()))["provenance"]
+        print(f"### {path.name}: {prov['gpu_name']}, triton {prov['triton']}, torch {prov['torch']}\n")
+        print(markdown(doc))
+    return 0
