@@ -96,12 +96,10 @@ def _write_defaults(args, grid_fn) -> int:
     out_path = (args.out or tuned_store.REPO_CONFIG_DIR) / tuned_store.file_name(args.arch, args.write_defaults)
     doc = tuned_store.new_document(args.arch, args.write_defaults)
     for b in grid_fn(args.arch, tuned_store.normalize_device_name(args.write_defaults)):
-        table = doc["tables"].setdefault(b.table_key, {"provenance": dict(
-            measured=False, gpu_name=args.write_defaults, arch=args.arch, triton=triton.__version__,
-            torch=torch.__version__, cuda=None, hip=None,
-            inputs_sha256=current_inputs_sha256(args.arch, b.kernel, b.scale_mode),
-            date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
-            command="msa-tune " + " ".join(sys.argv[1:]),
+        table = doc["tables"].setdefault(b.table_key, {"provenance": _provenance(
+            measured=False, gpu_name=args.write_defaults, arch=args.arch,
+            inputs=current_inputs_sha256(args.arch, b.kernel, b.scale_mode),
+            versions=dict(triton=triton.__version__, torch=torch.__version__, cuda=None, hip=None), argv=sys.argv[1:],
             note="not measured: no such GPU was available; every bucket holds the arch default"), "buckets": {}})
         table["buckets"][str(b.tokens)] = dict(config=default_for(b).to_dict(), is_default=True, default_us=None,
                                                tuned_us=None, trials=0, failures=0)
@@ -271,6 +269,13 @@ def main(argv=None) -> int:
     return 0
 
 
+def _provenance(*, measured: bool, gpu_name: str, arch: str, inputs: str, versions: dict, argv, **extra) -> dict:
+    """A table's provenance (docs/tuned-configs.md): where, with what and by which command."""
+    return dict(measured=measured, gpu_name=gpu_name, arch=arch, inputs_sha256=inputs,
+                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                command="msa-tune " + " ".join(argv), **versions, **extra)
+
+
 def _neighbour_configs(out_path, bucket, count: int = 2) -> list:
     """Configs chosen (not the default) for the `count` buckets of this table nearest to `bucket` in
     log2 tokens, from the file this run writes; none when it does not exist or cannot be read."""
@@ -300,13 +305,12 @@ def _write(out_path, arch, device_name, result, *, inputs, versions, args, argv)
     the study keeps as its result (`msa-tune export` rebuilds the JSON from those)."""
     from codegen import tuned_store
 
-    provenance = dict(measured=True, gpu_name=device_name, arch=arch, inputs_sha256=inputs,
-                      date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                      command="msa-tune " + " ".join(argv), **versions,
-                      timing=("Triton interpreter wall clock: meaningless as a speed" if args.interpret else
-                              "CUDA graph of up to 20 calls on rotating inputs, replay time / calls, median"),
-                      workload=dict(decode_context=args.decode_context, prefill_prefix=args.prefill_prefix,
-                                    pattern=args.pattern, head_dim=args.head_dim, topk=args.topk))
+    provenance = _provenance(measured=True, gpu_name=device_name, arch=arch, inputs=inputs, versions=versions,
+                             argv=argv,
+                             timing=("Triton interpreter wall clock: meaningless as a speed" if args.interpret else
+                                     "CUDA graph of up to 20 calls on rotating inputs, replay time / calls, median"),
+                             workload=dict(decode_context=args.decode_context, prefill_prefix=args.prefill_prefix,
+                                           pattern=args.pattern, head_dim=args.head_dim, topk=args.topk))
     bucket = result.bucket
     entry = dict(config=result.config.to_dict(), is_default=result.is_default, default_us=result.default_us,
                  tuned_us=result.tuned_us, trials=result.trials, failures=result.failures,

@@ -53,12 +53,9 @@ class Spec:
 
 def build(spec: Spec, arch: str, seed: int) -> cases.Case:
     hq, hkv = LAYOUTS[spec.layout]
-    common = dict(arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype=MODES[spec.mode], scale_mode=spec.mode,
-                  q_dtype=torch.bfloat16, device="cuda", seed=seed, compact=True)
-    if spec.kernel == "decode":
-        return cases.decode_case(seq_lens=[spec.context] * spec.batch, decode_query_len=spec.tokens, **common)
-    return cases.prefill_case(q_lens=[spec.tokens] * spec.batch, prefix_lens=[spec.context] * spec.batch,
-                              pattern=spec.pattern, future_prob=0.0, **common)
+    return cases.serving_case(spec.kernel, arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype=MODES[spec.mode],
+                              scale_mode=spec.mode, batch=spec.batch, tokens=spec.tokens, context=spec.context,
+                              pattern=spec.pattern, q_dtype=torch.bfloat16, device="cuda", seed=seed)
 
 
 def grid(quick: bool) -> list[Spec]:

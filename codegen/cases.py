@@ -202,6 +202,22 @@ def decode_case(*, arch: str, seq_lens, num_q_heads: int, num_kv_heads: int, hea
     return Case("decode", args, scale_mode)
 
 
+def serving_case(kernel: str, *, arch: str, num_q_heads: int, num_kv_heads: int, kv_dtype: str, scale_mode: str,
+                 batch: int, tokens: int, context: int, pattern: str = "correlated", head_dim: int = 128,
+                 topk: int = 16, q_dtype=torch.bfloat16, device="cuda", seed: int = 0) -> Case:
+    """The inputs the tuner and the benchmark time: `batch` requests of `tokens` query tokens each
+    (decode: the query length; prefill: the chunk) after `context` cached tokens, pages allocated
+    only where selected, no selected future blocks."""
+    common = dict(arch=arch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, topk=topk,
+                  kv_dtype=kv_dtype, scale_mode=scale_mode, q_dtype=q_dtype, device=device, seed=seed, compact=True)
+    if kernel == "decode":
+        return decode_case(seq_lens=[context] * batch, decode_query_len=tokens, **common)
+    if kernel == "prefill":
+        return prefill_case(q_lens=[tokens] * batch, prefix_lens=[context] * batch, pattern=pattern, future_prob=0.0,
+                            **common)
+    raise ValueError(f"kernel: expected 'prefill' or 'decode', got {kernel!r}")
+
+
 def run_kernel(case: Case, **kw):
     from .api import sparse_attn_decode, sparse_attn_prefill
 

@@ -42,16 +42,15 @@ class Bucket:
                 f"{inputs_sha256}:triton{triton_version}")
 
     def build_case(self, *, seed: int, device: str, q_dtype):
-        """Inputs like real serving for this bucket (pages allocated only where selected)."""
+        """Inputs like real serving for this bucket: decode `tokens` requests of one query token,
+        or one prefill chunk of `tokens` tokens."""
         from .. import cases
 
-        common = dict(arch=self.arch, num_q_heads=self.num_q_heads, num_kv_heads=self.num_kv_heads,
-                      head_dim=self.head_dim, topk=self.topk, kv_dtype=self.kv_dtype, scale_mode=self.scale_mode,
-                      q_dtype=q_dtype, device=device, seed=seed, compact=True)
-        if self.kernel == "decode":
-            return cases.decode_case(seq_lens=[self.context] * self.tokens, **common)
-        return cases.prefill_case(q_lens=[self.tokens], prefix_lens=[self.context], pattern=self.pattern,
-                                  future_prob=0.0, **common)
+        batch, tokens = (self.tokens, 1) if self.kernel == "decode" else (1, self.tokens)
+        return cases.serving_case(self.kernel, arch=self.arch, num_q_heads=self.num_q_heads,
+                                  num_kv_heads=self.num_kv_heads, kv_dtype=self.kv_dtype, scale_mode=self.scale_mode,
+                                  batch=batch, tokens=tokens, context=self.context, pattern=self.pattern,
+                                  head_dim=self.head_dim, topk=self.topk, q_dtype=q_dtype, device=device, seed=seed)
 
 
 def parse_modes(text: str) -> list[tuple[str, str]]:

@@ -1,6 +1,5 @@
 """The runtime loader: exact, nearest, default, stale, broken and wrong-device files."""
 import json
-import warnings
 
 import pytest
 import triton
@@ -125,3 +124,18 @@ def test_every_checked_in_file_validates():
         for key, table in doc["tables"].items():
             if not table["provenance"]["measured"]:
                 assert "not measured" in table["provenance"].get("note", ""), f"{path} {key}"
+
+
+def test_unmeasured_checked_in_tables_match_the_templates():
+    """Unmeasured files cost nothing to regenerate (`msa-tune --arch gfx942 --write-defaults NAME`),
+    so they must never lag the templates. (A measured file may: it needs the GPU, and the loader
+    warns that it is stale.)"""
+    for path in sorted(tuned_store.REPO_CONFIG_DIR.glob("*.json")):
+        doc = tuned_store.read_document(path)
+        for key, table in doc["tables"].items():
+            prov = table["provenance"]
+            if prov["measured"]:
+                continue
+            kernel, scale_mode = key.split("/")[:2]
+            assert prov["inputs_sha256"] == loader.current_inputs_sha256(doc["arch"], kernel, scale_mode), (
+                f"{path.name} {key}: written for other templates; regenerate it with msa-tune --write-defaults")

@@ -8,8 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 import tune
 from codegen import get_config, tuned_store
 from codegen.configs import LaunchConfig

@@ -1,0 +1,381 @@
+"""Ahead-of-time compiles that mimic a real launch's specialization, the figures read off the
+artifacts, and their cache."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import io
+import json
+import os
+import pathlib
+import re
+import subprocess
+import tempfile
+import time
+import warnings
+from typing import Any, Mapping
+
+import torch
+import triton
+
+from ..configs import validate_config
+from ..variants import PAGE_SIZE, get_arch
+from .launch import CACHE_ENV, FIGURES_VERSION, Q_DTYPES, StaticLaunch, _KV_TORCH, _backend_classes, target_of, validate_options
+
+# ---------------------------------------------------------------------------------------------
+# Signature and specialization: mimic a typical real launch
+
+
+def _typical_int_args(launch: StaticLaunch) -> dict[str, int]:
+    """Values the integer arguments take in a typical real launch (layouts as in codegen.cases).
+
+    Triton's JIT specializes integer arguments on their values: 1 becomes a compile-time constant
+    and a multiple of 16 gets ``tt.divisibility = 16``. The generated code then differs (address
+    arithmetic, vector widths), so the ahead-of-time compile feeds these values through the same
+    specialization routine as the JIT. Assumed layouts:
+    - q and out [tokens, Hq, D] contiguous; the KV cache a token-major view [pages, Hkv, 128, 2D] of
+      [pages, 128, Hkv, 2D] (stride_*_d == 1, every other stride a multiple of 16);
+    - top-k ids [Hkv, tokens, topk] transposed from [tokens, Hkv, topk] (stride_tk_k == 1);
+    - block table [requests, 1024] (a row stride that is a multiple of 16);
+    - per-token-head scales [Hkv, slots] transposed from [slots, Hkv] (stride_*s_h == 1);
+    - num_reqs neither 1 nor a multiple of 16 (a generic batch); decode_query_len == 1 (plain
+      decode; varlen launches pass 1 too); blocks_per_split = ceil(topk / num_splits).
+    tests/static checks the result against the JIT's own binder fed with codegen.cases inputs, and
+    benchmarks/compare_resources.py against the kernels the JIT loads on an H200.
+    """
+    hq, hkv, d, topk = launch.num_q_heads, launch.num_kv_heads, launch.head_dim, launch.topk
+    return {
+        "topk": topk,
+        "num_reqs": 7,
+        "decode_query_len": 1,
+        "blocks_per_split": -(-topk // launch.config.num_splits),
+        "stride_q_t": hq * d, "stride_q_h": d, "stride_q_d": 1,
+        "stride_o_t": hq * d, "stride_o_h": d, "stride_o_d": 1,
+        "stride_kv_b": PAGE_SIZE * hkv * 2 * d, "stride_kv_h": 2 * d, "stride_kv_t": hkv * 2 * d, "stride_kv_d": 1,
+        "stride_tk_h": topk, "stride_tk_t": hkv * topk, "stride_tk_k": 1,
+        "stride_bt_r": 1024, "stride_bt_b": 1,
+        "stride_ks_h": 1, "stride_ks_t": hkv, "stride_vs_h": 1, "stride_vs_t": hkv,
+    }
+
+
+def _pointer_dtype(launch: StaticLaunch, arg: str) -> torch.dtype:
+    """Element type of a pointer argument, by the naming convention of the generated modules."""
+    if arg in ("q_ptr", "out_ptr"):
+        return Q_DTYPES[launch.q_dtype]
+    if arg in ("part_o_ptr", "part_lse_ptr") and launch.kernel == "decode_split" and launch.config.num_splits == 1:
+        return Q_DTYPES[launch.q_dtype]  # one split: the launcher passes the (never written) output tensor
+    if arg == "kv_ptr":
+        return get_arch(launch.arch).fp8_dtype if launch.kv_dtype == "fp8" else _KV_TORCH[launch.kv_dtype]
+    if arg in ("k_scale_ptr", "v_scale_ptr", "part_o_ptr", "part_lse_ptr"):
+        return torch.float32
+    return torch.int32
+
+
+def _specializer():
+    try:  # the routine the JIT itself runs on every argument (triton 3.6 .. 3.9)
+        from triton._C.libtriton import native_specialize_impl
+    except ImportError as exc:  # pragma: no cover - older triton
+        raise RuntimeError(f"codegen.static needs triton >= 3.6 (native_specialize_impl); "
+                           f"found triton {triton.__version__}") from exc
+    return native_specialize_impl
+
+
+def _signature(launch: StaticLaunch, fn, kernel_constexprs: dict) -> tuple[dict, dict, dict, list[str]]:
+    """(signature, constexprs incl. specialized ints, attrs, notes) as the JIT would build them.
+
+    Pointers are 16-byte aligned tensors ("D": ``tt.divisibility``) and, on gfx942 with buffer ops
+    on (triton's default), within 2 GB ("S": ``tt.pointer_range = 32``); both come from handing a
+    small CPU tensor of the right dtype to the JIT's specializer. In ASTSource, attrs are keyed
+    by the argument's index path ``(i,)`` and hold ``[[name, value], ...]`` (triton 3.6 and 3.9).
+    """
+    backend_cls, _ = _backend_classes(launch.arch)
+    specialize = _specializer()
+    typical = _typical_int_args(launch)
+    signature, constexprs, attrs, notes = {}, dict(kernel_constexprs), {}, []
+    for index, name in enumerate(fn.arg_names):
+        if name in kernel_constexprs:
+            signature[name] = "constexpr"
+            continue
+        if name.endswith("_ptr"):
+            value = torch.empty(16, dtype=_pointer_dtype(launch, name))
+        elif name == "sm_scale":
+            value = float(launch.head_dim) ** -0.5
+        elif name in typical:
+            value = typical[name]
+        else:  # an argument this module does not know: compile it unspecialized and say so
+            value = 7
+            notes.append(f"argument {name!r} has no typical value in codegen.static; compiled as a generic i32")
+        kind, desc = specialize(backend_cls, value, False, True, True)
+        signature[name] = kind
+        if kind == "constexpr":
+            constexprs[name] = desc
+        elif isinstance(desc, str):
+            attrs[(index,)] = backend_cls.parse_attr(desc)
+    return signature, constexprs, attrs, notes
+
+
+def _jit_function(kernel):
+    """The JITFunction under any heuristics/autotune wrappers."""
+    from triton.runtime.jit import JITFunction
+
+    fn = kernel
+    while not isinstance(fn, JITFunction):
+        if not hasattr(fn, "fn"):
+            raise TypeError(f"KERNEL: expected a @triton.jit function, got {type(kernel).__name__} "
+                            "(is TRITON_INTERPRET=1 set? static checks need real compilation)")
+        fn = fn.fn
+    return fn
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileInputs:
+    launch: StaticLaunch
+    signature: dict
+    constexprs: dict
+    attrs: dict
+    options: dict
+    notes: tuple
+    key: str
+
+
+@functools.lru_cache(maxsize=None)
+def _backend(arch: str):
+    from triton.compiler.compiler import make_backend
+
+    return make_backend(target_of(arch))
+
+
+def _resolved_options(arch: str, options: Mapping[str, Any]) -> dict:
+    """Every backend option after defaults and environment knobs (e.g. FP fusion) are applied.
+
+    Part of the cache key, so a changed default or knob recompiles; library paths are left out so
+    the key does not depend on where Triton is installed.
+    """
+    resolved = dataclasses.asdict(_backend(arch).parse_options(dict(options)))
+    resolved.pop("extern_libs", None)
+    return resolved
+
+
+def _cache_invalidating_env() -> dict:
+    """The TRITON_* environment variables that Triton itself treats as changing a compile."""
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+    except ImportError:  # pragma: no cover - older triton
+        return {}
+    return dict(get_cache_invalidating_env_vars())
+
+
+def _module_text_sha256(module) -> str:
+    return hashlib.sha256(pathlib.Path(module.__file__).read_bytes()).hexdigest()
+
+
+def compile_inputs(launch: StaticLaunch, options: Mapping[str, Any] | None = None) -> CompileInputs:
+    """Everything triton.compile gets for `launch`, validated, plus its cache key. Compiles nothing."""
+    validate_config(launch.config, arch=launch.arch, kernel=launch.family, topk=launch.topk)
+    module = launch.module()
+    fn = _jit_function(module.KERNEL)
+    kernel_constexprs = module.constexprs(num_q_heads=launch.num_q_heads, num_kv_heads=launch.num_kv_heads,
+                                          head_dim=launch.head_dim, topk=launch.topk, config=launch.config,
+                                          varlen=launch.varlen, use_pdl=launch.use_pdl)
+    compile_options = dict(module.options(launch.config))
+    if launch.kernel == "decode_merge" and launch.use_pdl:
+        compile_options["launch_pdl"] = True  # codegen.api launches the merge kernel with launch_pdl
+    compile_options.update(options or {})
+    validate_options(launch.arch, compile_options)
+    signature, constexprs, attrs, notes = _signature(launch, fn, kernel_constexprs)
+    key_material = {
+        "figures_version": FIGURES_VERSION,
+        "inputs_sha256": getattr(module, "INPUTS_SHA256", None),
+        "module_sha256": _module_text_sha256(module),
+        "arch": launch.arch,
+        "kernel": launch.kernel,
+        "scale_mode": launch.scale_mode,
+        "fold_scales": launch.fold_scales,
+        "signature": signature,
+        "constexprs": constexprs,
+        "attrs": {str(list(k)): v for k, v in attrs.items()},
+        "options": compile_options,
+        "resolved_options": _resolved_options(launch.arch, compile_options),
+        "env": _cache_invalidating_env(),
+        "triton": triton.__version__,
+    }
+    key = hashlib.sha256(json.dumps(key_material, sort_keys=True, default=str).encode()).hexdigest()
+    return CompileInputs(launch, signature, constexprs, attrs, compile_options, tuple(notes), key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling and reading the figures
+
+
+def _first_int(pattern: str, text: str) -> int | None:
+    match = re.search(pattern, text)
+    return int(match.group(1)) if match else None
+
+
+def _cuobjdump_usage(cubin: bytes, kernel_name: str) -> dict[str, int]:
+    """REG / STACK / SHARED / LOCAL of `kernel_name` from ``cuobjdump --dump-resource-usage``."""
+    from triton import knobs
+
+    with tempfile.TemporaryDirectory(prefix="msa-static-") as tmp:
+        path = pathlib.Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        out = subprocess.run([knobs.nvidia.cuobjdump.path, "--dump-resource-usage", str(path)],
+                             capture_output=True, text=True, check=True).stdout
+    # "Function <name>:" is followed by the line "REG:.. STACK:.. SHARED:.. LOCAL:.. ...".
+    match = re.search(rf"Function {re.escape(kernel_name)}:\s*\n\s*(REG:[^\n]*)", out)
+    if not match:
+        raise ValueError(f"cuobjdump: no resource line for {kernel_name}")
+    line = match.group(1)
+    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", line)}
+
+
+def _sm90_figures(compiled, ptxas_log: str) -> dict:
+    usage = {}
+    notes = []
+    try:
+        usage = _cuobjdump_usage(compiled.asm["cubin"], compiled.metadata.name)
+    except (OSError, subprocess.CalledProcessError, ValueError) as exc:
+        notes.append(f"cuobjdump failed ({exc}); registers from the ptxas log")
+    spill_stores = _first_int(r"(\d+) bytes spill stores", ptxas_log)
+    registers = usage.get("REG", _first_int(r"Used (\d+) registers", ptxas_log))
+    stack, local = usage.get("STACK"), usage.get("LOCAL")
+    scratch = None if stack is None and local is None else (stack or 0) + (local or 0)
+    if spill_stores is None:
+        notes.append("no ptxas log captured: spill bytes estimated as the stack + local memory size")
+        spill_stores = scratch
+    ptx = compiled.asm.get("ptx", "")
+    mma = [name for name, pattern in (("wgmma", "wgmma.mma_async"), ("mma.sync", "mma.sync")) if pattern in ptx]
+    if "wgmma.mma_async instructions are serialized" in ptxas_log:
+        notes.append("ptxas: wgmma instructions serialized (insufficient registers for the wgmma pipeline)")
+    return {
+        "registers": registers,
+        "spill": spill_stores,
+        "spill_unit": "bytes",
+        "scratch_bytes": scratch,
+        "shared_bytes": compiled.metadata.shared,
+        "occupancy": None,
+        "vgpr": None,
+        "agpr": None,
+        "mma": "+".join(mma) or "none",
+        "extra": {"static_shared_bytes": usage.get("SHARED"), "stack_bytes": stack, "local_bytes": local},
+        "notes": notes,
+    }
+
+
+def _gfx942_figures(compiled) -> dict:
+    text = compiled.asm.get("amdgcn", "")
+    total_vgpr = _first_int(r"\.vgpr_count:\s+(\d+)", text)
+    if total_vgpr is None:
+        total_vgpr = _first_int(r"; TotalNumVgprs: (\d+)", text)
+    return {
+        "registers": total_vgpr,
+        "spill": _first_int(r"\.vgpr_spill_count:\s+(\d+)", text),
+        "spill_unit": "count",
+        "scratch_bytes": _first_int(r"; ScratchSize: (\d+)", text),
+        "shared_bytes": compiled.metadata.shared,
+        "occupancy": _first_int(r"; Occupancy: (\d+)", text),
+        "vgpr": _first_int(r"; NumVgprs: (\d+)", text),
+        "agpr": _first_int(r"\.agpr_count:\s+(\d+)", text),
+        "mma": "mfma" if "v_mfma" in text else "none",
+        "extra": {"sgpr": _first_int(r"\.sgpr_count:\s+(\d+)", text),
+                  "sgpr_spill": _first_int(r"\.sgpr_spill_count:\s+(\d+)", text)},
+        "notes": [],
+    }
+
+
+def _short_error(exc: BaseException) -> str:
+    """The informative lines of a compile error (ptxas errors carry the whole PTX)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    keep = [ln for ln in lines if re.search(r"error|fatal|exceed|insufficient|out of", ln, re.I)] or lines[:3]
+    return f"{type(exc).__name__}: " + " | ".join(keep[:4])[:600]
+
+
+def compile_figures(inputs: CompileInputs) -> dict:
+    """Compiles `inputs` for its target and reads the resource figures (no cache involved).
+
+    Triton's own compile cache is bypassed (always_compile) so that ptxas runs and its log, with
+    the spill bytes, is captured; the log and any failure dump are kept off stdout. Knobs and
+    stdout are process-wide: compile from several processes (as report_many does), not threads.
+    """
+    from triton import knobs
+    from triton.compiler import ASTSource
+
+    launch = inputs.launch
+    fn = _jit_function(launch.module().KERNEL)
+    source = ASTSource(fn=fn, signature=inputs.signature, constexprs=inputs.constexprs, attrs=inputs.attrs)
+    captured = io.StringIO()
+    start = time.perf_counter()
+    with knobs.compilation.scope(), knobs.nvidia.scope(), contextlib.redirect_stdout(captured), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        knobs.compilation.always_compile = True
+        knobs.nvidia.dump_ptxas_log = True
+        try:
+            compiled = triton.compile(source, target=target_of(launch.arch), options=dict(inputs.options))
+        except Exception as exc:  # a compile failure is a finding, reported like a limit violation
+            return {"error": _short_error(exc), "compile_seconds": round(time.perf_counter() - start, 2)}
+    if launch.arch == "sm90":
+        figures = _sm90_figures(compiled, captured.getvalue())
+    else:
+        figures = _gfx942_figures(compiled)
+    figures["compile_seconds"] = round(time.perf_counter() - start, 2)
+    return figures
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache
+
+
+def cache_dir() -> pathlib.Path:
+    """Where compiled figures are kept: $MSA_TUNE_CACHE_DIR, else ~/.cache/msa-tune/static."""
+    configured = os.environ.get(CACHE_ENV)
+    return pathlib.Path(configured) if configured else pathlib.Path.home() / ".cache" / "msa-tune" / "static"
+
+
+def _cache_path(inputs: CompileInputs) -> pathlib.Path:
+    return cache_dir() / f"{inputs.launch.variant}-{inputs.key[:32]}.json"
+
+
+def _cache_load(inputs: CompileInputs) -> dict | None:
+    path = _cache_path(inputs)
+    try:
+        entry = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or entry.get("key") != inputs.key or not isinstance(entry.get("figures"), dict):
+        return None
+    return entry["figures"]
+
+
+def _cache_store(inputs: CompileInputs, figures: dict) -> None:
+    """Atomic write (temp file + rename): parallel workers never see half a file."""
+    if "error" in figures:
+        return  # failures are not cached: the cause may be the environment, not the kernel
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    entry = {"key": inputs.key, "launch": inputs.launch.id, "triton": triton.__version__, "figures": figures}
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(entry, f, indent=1, sort_keys=True)
+        os.replace(tmp, _cache_path(inputs))
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def cached_figures(inputs: CompileInputs, *, use_cache: bool = True) -> tuple[dict, bool]:
+    """(figures, came_from_cache) for `inputs`: from the cache, else compiled now and stored."""
+    if use_cache:
+        figures = _cache_load(inputs)
+        if figures is not None:
+            return figures, True
+    figures = compile_figures(inputs)
+    if use_cache:
+        _cache_store(inputs, figures)
+    return figures, False
+
+

@@ -1,0 +1,209 @@
+"""What the static gates compile: one launch of one generated kernel, its arch limits and options."""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any, Mapping
+
+import torch
+
+from ..api import load_module
+from ..configs import LaunchConfig
+from ..variants import ARCHS, Variant, get_arch
+
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+TUNED_DIR = REPO_ROOT / "tuned_configs"
+EXCEPTIONS_PATH = REPO_ROOT / "static_exceptions.json"
+CACHE_ENV = "MSA_TUNE_CACHE_DIR"
+# Bump when the figures read from an artifact change meaning: old cache entries are then ignored.
+FIGURES_VERSION = 1
+
+KV_DTYPES = ("fp8", "bf16", "fp16")
+Q_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_KV_TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+# What the shipped-config gate covers (see shipped_launches).
+SHIPPED_MODES = (("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16"), ("none", "fp8"))
+# The unfolded scalar baseline modules (fold_scales=False), gated like the folded ones.
+SHIPPED_UNFOLDED_MODES = (("scalar", "fp8"),)
+HEAD_LAYOUTS = {"TP1": (64, 4), "TP4": (16, 1), "TP8": (8, 1)}
+# One decode batch small enough to get the most splits, one large enough to get a single split.
+DECODE_TOKEN_COUNTS = (1, 1024)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Per-target limits a kernel must fit (shared memory per block / LDS per workgroup, registers)."""
+
+    shared_bytes: int
+    registers: int
+    shared_name: str
+    register_unit: str
+
+    def describe(self) -> str:
+        return (f"{self.shared_name} <= {self.shared_bytes // 1024} KB ({self.shared_bytes} B), "
+                f"registers <= {self.registers} {self.register_unit}, no spills")
+
+
+LIMITS = {
+    "sm90": Limits(ARCHS["sm90"].shared_mem_bytes, 255, "shared memory per block", "per thread"),
+    "gfx942": Limits(ARCHS["gfx942"].shared_mem_bytes, 512, "LDS per workgroup", "VGPRs (arch + acc) per wave"),
+}
+
+
+def target_of(arch: str):
+    """The Triton compile target of `arch` (what the GPU's own JIT would use)."""
+    from triton.backends.compiler import GPUTarget
+
+    get_arch(arch)
+    return GPUTarget("cuda", 90, 32) if arch == "sm90" else GPUTarget("hip", "gfx942", 64)
+
+
+def _backend_classes(arch: str):
+    """(backend class, options dataclass) of `arch`'s Triton backend."""
+    get_arch(arch)
+    if arch == "sm90":
+        from triton.backends.nvidia.compiler import CUDABackend, CUDAOptions
+
+        return CUDABackend, CUDAOptions
+    from triton.backends.amd.compiler import HIPBackend, HIPOptions
+
+    return HIPBackend, HIPOptions
+
+
+def validate_options(arch: str, options: Mapping[str, Any]) -> dict:
+    """Raises ValueError naming every option that `arch`'s backend does not know.
+
+    Triton silently drops unknown option names (``wavs_per_eu`` compiles as ``waves_per_eu=0``;
+    AMD knobs given to the cuda target vanish), so a typo would go unnoticed without this check.
+    """
+    if not isinstance(options, Mapping):
+        raise TypeError(f"options: expected a mapping of option name to value, got {type(options).__name__}")
+    _, options_cls = _backend_classes(arch)
+    valid = {f.name for f in dataclasses.fields(options_cls)}
+    unknown = sorted(set(options) - valid)
+    if unknown:
+        raise ValueError(f"options: unknown option name(s) {unknown} for {arch} "
+                         f"({options_cls.__module__}.{options_cls.__name__}); valid names: {sorted(valid)}")
+    return dict(options)
+
+
+# ---------------------------------------------------------------------------------------------
+# What is compiled: one launch of one generated kernel
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticLaunch:
+    """One compile of one generated kernel, as a runtime call would launch it."""
+
+    arch: str
+    kernel: str  # "prefill" | "decode_split" | "decode_merge"
+    scale_mode: str
+    kv_dtype: str  # "fp8" | "bf16" | "fp16"
+    num_q_heads: int
+    num_kv_heads: int
+    config: LaunchConfig
+    head_dim: int = 128
+    topk: int = 16
+    q_dtype: str = "bf16"
+    varlen: bool = False
+    use_pdl: bool = False
+    source: str = "custom"  # where the config comes from ("default", "tuned:<file>", ...): shown in reports
+    # False: the unfolded scalar-scale baseline module (<variant>_unfolded; scale mode "scalar" only).
+    fold_scales: bool = True
+    # Other KV dtypes / head layouts whose launches compile identically and were merged into this one.
+    also_kv_dtypes: tuple[str, ...] = ()
+    also_heads: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not isinstance(self.fold_scales, bool):
+            raise TypeError(f"fold_scales: expected a bool, got {type(self.fold_scales).__name__}")
+        Variant(self.arch, self.kernel, self.scale_mode, self.fold_scales)  # validates the names
+        if self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype: expected one of {KV_DTYPES}, got {self.kv_dtype!r}")
+        if self.q_dtype not in Q_DTYPES:
+            raise ValueError(f"q_dtype: expected one of {sorted(Q_DTYPES)}, got {self.q_dtype!r}")
+        for name in ("num_q_heads", "num_kv_heads", "head_dim", "topk"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        if self.num_q_heads % self.num_kv_heads:
+            raise ValueError(f"num_q_heads: expected a multiple of num_kv_heads={self.num_kv_heads}, "
+                             f"got {self.num_q_heads}")
+        if not isinstance(self.config, LaunchConfig):
+            raise TypeError(f"config: expected a LaunchConfig, got {type(self.config).__name__}")
+
+    @property
+    def variant(self) -> str:
+        return Variant(self.arch, self.kernel, self.scale_mode, self.fold_scales).name
+
+    def module(self):
+        """The generated module this launch compiles a kernel of."""
+        return load_module(self.arch, self.kernel, self.scale_mode, self.fold_scales)
+
+    @property
+    def family(self) -> str:
+        """The tunable kernel family ("prefill" or "decode") whose config this is."""
+        return "prefill" if self.kernel == "prefill" else "decode"
+
+    @property
+    def heads(self) -> str:
+        return f"{self.num_q_heads}/{self.num_kv_heads}"
+
+    @property
+    def id(self) -> str:
+        """A readable, unique-enough name: used as the pytest id and in messages."""
+        extra = "" if (self.head_dim, self.topk, self.q_dtype, self.varlen) == (128, 16, "bf16", False) else (
+            f"-d{self.head_dim}-k{self.topk}-q{self.q_dtype}" + ("-varlen" if self.varlen else ""))
+        return (f"{self.variant}-{self.kv_dtype}-{self.num_q_heads}x{self.num_kv_heads}-"
+                f"{config_label(self.arch, self.kernel, self.config).replace(' ', '-')}{extra}")
+
+
+def config_label(arch: str, kernel: str, config: LaunchConfig) -> str:
+    """The config fields that matter to `kernel` on `arch`, short (e.g. "bn64 bt1 w4 st2")."""
+    if kernel == "decode_merge":
+        return f"sp{config.num_splits} w{config.merge_num_warps}"
+    parts = [f"bn{config.block_n}"]
+    if kernel == "prefill":
+        parts.append(f"bt{config.block_t}")
+    parts += [f"w{config.num_warps}", f"st{config.num_stages}"]
+    if kernel == "decode_split":
+        parts.append(f"sp{config.num_splits}" + ("fm" if config.fused_merge and config.num_splits > 1 else ""))
+    if config.kv_upcast:
+        parts.append(f"up{config.kv_upcast}")
+    if get_arch(arch).amd_knobs:
+        parts += [f"wpe{config.waves_per_eu}", f"mi{config.matrix_instr_nonkdim}", f"kp{config.kpack}"]
+    return " ".join(parts)
+
+
+def runtime_use_pdl(arch: str, kernel: str) -> bool:
+    """What codegen.api does on a GPU: programmatic dependent launch for sm90 decode only."""
+    return get_arch(arch).use_pdl and kernel in ("decode_split", "decode_merge")
+
+
+def _as_config(config) -> LaunchConfig:
+    if isinstance(config, LaunchConfig):
+        return config
+    return LaunchConfig.from_dict(config)
+
+
+def launches_for(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_heads: int, num_kv_heads: int,
+                 config, *, head_dim: int = 128, topk: int = 16, q_dtype: str = "bf16", varlen: bool = False,
+                 source: str = "custom", fold_scales: bool = True) -> list[StaticLaunch]:
+    """The kernels one runtime call launches: prefill; or decode_split (+ decode_merge when num_splits > 1
+    and the merge is not fused).
+    fold_scales=False: the unfolded scalar baseline modules (as codegen.api with fold_scales=False)."""
+    config = _as_config(config)
+    if kernel == "prefill":
+        kernels = ["prefill"]
+    elif kernel == "decode":
+        kernels = ["decode_split"] + (["decode_merge"] if config.num_splits > 1 and not config.fused_merge else [])
+    else:
+        raise ValueError(f"kernel: expected 'prefill' or 'decode' (a runtime call), got {kernel!r}")
+    return [StaticLaunch(arch, k, scale_mode, kv_dtype, num_q_heads, num_kv_heads, config, head_dim=head_dim,
+                         topk=topk, q_dtype=q_dtype, varlen=varlen, use_pdl=runtime_use_pdl(arch, k), source=source,
+                         fold_scales=fold_scales)
+            for k in kernels]
+
+
