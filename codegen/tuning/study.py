@@ -328,9 +328,11 @@ def _study_for(bucket, study_name, settings, state, neighbours=()):
         space = enumerate_space(bucket.arch, bucket.kernel, num_q_heads=bucket.num_q_heads,
                                 num_kv_heads=bucket.num_kv_heads, topk=bucket.topk, kv_dtype=bucket.kv_dtype)
     exhaustive = len(space) <= settings.trials
-    # One seed per study, fixed by its name: a re-run proposes the same points, while the buckets
-    # of a table do not all start from the same random points (the H200 run showed they did).
-    seed = (settings.seed + zlib.crc32(study_name.encode())) % 2**31
+    # One seed per table: the buckets of a table propose the same points, so their kernels (which do
+    # not depend on the token count) compile once for the whole table; different tables (other
+    # kernels anyway) explore different points - with one global seed, every table of the H200 run
+    # sampled the same first configs.
+    seed = (settings.seed + zlib.crc32(bucket.table_key.encode())) % 2**31
     sampler = (optuna.samplers.BruteForceSampler(seed=seed) if exhaustive else
                optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
                                           n_startup_trials=max(5, settings.trials // 4)))
