@@ -7,6 +7,9 @@ from __future__ import annotations
 import torch
 
 _buffers: dict = {}
+# Every buffer ever handed out stays allocated: a CUDA graph captured with a smaller one keeps
+# writing to it on replay after a larger call has replaced it here.
+_retired: list = []
 
 
 def arrival_counters(device: torch.device, count: int, key=None) -> torch.Tensor:
@@ -20,5 +23,7 @@ def arrival_counters(device: torch.device, count: int, key=None) -> torch.Tensor
     capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     fresh = torch.zeros(max(count, 1024 if buf is None else 2 * buf.numel()), dtype=torch.int32, device=device)
     if not capturing:
+        if buf is not None:
+            _retired.append(buf)
         _buffers[slot] = fresh
     return fresh

@@ -198,3 +198,21 @@ def test_kv_upcast_needs_an_fp8_cache():
                              **DECODE_SHAPES["uniform_q1"], **SMALL)
     with pytest.raises(ValueError, match="config.kv_upcast"):
         cases.run_kernel(case, arch="sm90", config=_config("sm90", kv_upcast=2))
+
+
+def test_a_grown_counter_buffer_keeps_the_old_one_alive():
+    """A CUDA graph captured with the first (small) buffer replays into it after a larger call
+    made a new one: the old buffer must never be freed."""
+    import gc
+    import weakref
+
+    from codegen import workspace
+
+    device = torch.device("cpu")
+    first = workspace.arrival_counters(device, 10, key="test-grow")
+    ref = weakref.ref(first)
+    del first
+    bigger = workspace.arrival_counters(device, 100_000, key="test-grow")
+    gc.collect()
+    assert ref() is not None and bigger.numel() >= 100_000
+    assert workspace.arrival_counters(device, 50, key="test-grow") is bigger
