@@ -18,8 +18,9 @@ from .variants import PAGE_SIZE, Variant, all_variants, get_arch
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 TEMPLATE_DIR = REPO_ROOT / "templates"
 GENERATED_DIR = pathlib.Path(__file__).resolve().parent / "generated"
-# Bump when the renderer itself changes what it emits for unchanged templates.
-RENDERER_VERSION = 1
+# Bump when the renderer itself changes what it emits for unchanged templates (2: the input hash
+# covers only the templates a variant renders from, no longer every template).
+RENDERER_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,18 +58,31 @@ def template_params(variant: Variant) -> dict:
     }
 
 
-def templates_sha256() -> str:
-    """Hash of every template file: a changed shared macro changes every variant's hash."""
+def template_sources(env: jinja2.Environment, name: str) -> list[str]:
+    """`name` and every template it imports or includes, directly or not (sorted)."""
+    seen, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo.extend(_included(env, current))
+    return sorted(seen)
+
+
+def templates_sha256(names) -> str:
+    """Hash of the named template files: a variant's hash moves only when a template it renders
+    from changes (a decode-only change leaves the prefill modules, and their tuned configs, as they were)."""
     h = hashlib.sha256()
-    for path in sorted(TEMPLATE_DIR.glob("*.jinja")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
+    for name in sorted(names):
+        h.update(name.encode())
+        h.update((TEMPLATE_DIR / name).read_bytes())
     return h.hexdigest()
 
 
-def inputs_sha256(variant: Variant, templates_hash: str | None = None) -> str:
+def inputs_sha256(variant: Variant, env: jinja2.Environment | None = None) -> str:
+    env = env or _environment()
     h = hashlib.sha256()
-    h.update((templates_hash or templates_sha256()).encode())
+    h.update(templates_sha256(template_sources(env, variant.template)).encode())
     h.update(json.dumps(template_params(variant), sort_keys=True).encode())
     h.update(f"renderer={RENDERER_VERSION}".encode())
     return h.hexdigest()
@@ -93,9 +107,9 @@ def _header(variant: Variant, digest: str, env: jinja2.Environment) -> str:
     )
 
 
-def render(variant: Variant, env: jinja2.Environment | None = None, templates_hash: str | None = None) -> Rendered:
+def render(variant: Variant, env: jinja2.Environment | None = None) -> Rendered:
     env = env or _environment()
-    digest = inputs_sha256(variant, templates_hash)
+    digest = inputs_sha256(variant, env)
     body = env.get_template(variant.template).render(**template_params(variant))
     text = _header(variant, digest, env) + body.rstrip() + f"\n\nINPUTS_SHA256 = {digest!r}\n"
     return Rendered(variant, GENERATED_DIR / f"{variant.name}.py", text, digest)
@@ -103,8 +117,7 @@ def render(variant: Variant, env: jinja2.Environment | None = None, templates_ha
 
 def render_all() -> list[Rendered]:
     env = _environment()
-    digest = templates_sha256()
-    return [render(v, env, digest) for v in all_variants()]
+    return [render(v, env) for v in all_variants()]
 
 
 def write_all() -> list[pathlib.Path]:

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_none (arch=gfx942, kernel=decode_merge, scale_mode=none)
-# inputs-sha256: ffa8702ad422b06095f83e5566b4c56336cdec1fb74e0bf98f99dc3a29419b8d
+# inputs-sha256: 2e0139f8900b1ba58eb2e54f9a6126cf361f98896b8203c96e3cdb979f2c905e
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -85,4 +85,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = 'ffa8702ad422b06095f83e5566b4c56336cdec1fb74e0bf98f99dc3a29419b8d'
+INPUTS_SHA256 = '2e0139f8900b1ba58eb2e54f9a6126cf361f98896b8203c96e3cdb979f2c905e'

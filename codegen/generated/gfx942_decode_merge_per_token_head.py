@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_per_token_head (arch=gfx942, kernel=decode_merge, scale_mode=per_token_head)
-# inputs-sha256: 71f92ca40026d00d3297c64341adfc12dbfb0e8dafeeca8ab4a42c892b3593e8
+# inputs-sha256: 9d5802d9ab4f832dc84f6b08a534d4f487fd64d4069a31d10beffad566743d91
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -85,4 +85,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '71f92ca40026d00d3297c64341adfc12dbfb0e8dafeeca8ab4a42c892b3593e8'
+INPUTS_SHA256 = '9d5802d9ab4f832dc84f6b08a534d4f487fd64d4069a31d10beffad566743d91'

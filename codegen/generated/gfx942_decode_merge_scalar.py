@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_scalar (arch=gfx942, kernel=decode_merge, scale_mode=scalar)
-# inputs-sha256: 07989fd8f19fd2aec52bd33ea709039e0590c9102d474d664cc443ed39ce58ca
+# inputs-sha256: 0f7a0952c0fa1b77e2f76a942d0ec8d6e424ef5c90e9cb88d1e72af366078973
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -86,4 +86,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '07989fd8f19fd2aec52bd33ea709039e0590c9102d474d664cc443ed39ce58ca'
+INPUTS_SHA256 = '0f7a0952c0fa1b77e2f76a942d0ec8d6e424ef5c90e9cb88d1e72af366078973'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_scalar_unfolded (arch=gfx942, kernel=decode_merge, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: d24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca
+# inputs-sha256: 9ccc61366b10f45c2466d4bfcf4362f8d2a2865d8f959a42444c51ed70c633b8
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -85,4 +85,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = 'd24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca'
+INPUTS_SHA256 = '9ccc61366b10f45c2466d4bfcf4362f8d2a2865d8f959a42444c51ed70c633b8'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_none (arch=gfx942, kernel=decode_split, scale_mode=none)
-# inputs-sha256: ffa8702ad422b06095f83e5566b4c56336cdec1fb74e0bf98f99dc3a29419b8d
+# inputs-sha256: 88562f2a84eca8064d5332a42d4d2743507f404ce37807d74f15f886aa607a0f
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -222,4 +222,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'ffa8702ad422b06095f83e5566b4c56336cdec1fb74e0bf98f99dc3a29419b8d'
+INPUTS_SHA256 = '88562f2a84eca8064d5332a42d4d2743507f404ce37807d74f15f886aa607a0f'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_per_token_head (arch=gfx942, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 71f92ca40026d00d3297c64341adfc12dbfb0e8dafeeca8ab4a42c892b3593e8
+# inputs-sha256: 0b6096a31bc1008b7c8810f3ec956beee1ce6fee7b1d5e875692a74a2223a130
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -242,4 +242,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '71f92ca40026d00d3297c64341adfc12dbfb0e8dafeeca8ab4a42c892b3593e8'
+INPUTS_SHA256 = '0b6096a31bc1008b7c8810f3ec956beee1ce6fee7b1d5e875692a74a2223a130'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 07989fd8f19fd2aec52bd33ea709039e0590c9102d474d664cc443ed39ce58ca
+# inputs-sha256: dafce998a617ea36cbab7172c41aacdc49ee7226652ce30b6fab39f0559db197
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -227,4 +227,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '07989fd8f19fd2aec52bd33ea709039e0590c9102d474d664cc443ed39ce58ca'
+INPUTS_SHA256 = 'dafce998a617ea36cbab7172c41aacdc49ee7226652ce30b6fab39f0559db197'

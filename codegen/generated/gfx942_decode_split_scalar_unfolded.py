@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: d24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca
+# inputs-sha256: 27d33cdbf721ef32355c3f0846a267582f7e2eda9dbe2aabc0d5eb1ffb3d98d8
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -229,4 +229,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'd24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca'
+INPUTS_SHA256 = '27d33cdbf721ef32355c3f0846a267582f7e2eda9dbe2aabc0d5eb1ffb3d98d8'

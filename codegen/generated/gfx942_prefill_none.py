@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: ffa8702ad422b06095f83e5566b4c56336cdec1fb74e0bf98f99dc3a29419b8d
+# inputs-sha256: 9c1899cee4efaf5b8cdbb61c8961c851d55ae6221de2af70eef0c7311ab809f1
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -202,4 +202,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'ffa8702ad422b06095f83e5566b4c56336cdec1fb74e0bf98f99dc3a29419b8d'
+INPUTS_SHA256 = '9c1899cee4efaf5b8cdbb61c8961c851d55ae6221de2af70eef0c7311ab809f1'

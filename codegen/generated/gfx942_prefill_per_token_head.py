@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 71f92ca40026d00d3297c64341adfc12dbfb0e8dafeeca8ab4a42c892b3593e8
+# inputs-sha256: a8727b63de19c625c6c74b2a89d53b18ca680bb41d3f477604d2416945887477
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -236,4 +236,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '71f92ca40026d00d3297c64341adfc12dbfb0e8dafeeca8ab4a42c892b3593e8'
+INPUTS_SHA256 = 'a8727b63de19c625c6c74b2a89d53b18ca680bb41d3f477604d2416945887477'

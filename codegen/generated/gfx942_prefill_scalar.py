@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 07989fd8f19fd2aec52bd33ea709039e0590c9102d474d664cc443ed39ce58ca
+# inputs-sha256: 1e63116a5e20168989019edf381cb29af0c4307ce238e700f44a14123823914f
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -206,4 +206,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '07989fd8f19fd2aec52bd33ea709039e0590c9102d474d664cc443ed39ce58ca'
+INPUTS_SHA256 = '1e63116a5e20168989019edf381cb29af0c4307ce238e700f44a14123823914f'

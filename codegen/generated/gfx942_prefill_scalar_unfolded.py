@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: d24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca
+# inputs-sha256: ce09fa3da1d280bba37736cbf7a06a391b1947400e48002b606d4b882ca0b190
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -211,4 +211,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'd24bb0a3aaa9fd20f4543d032d59a1960befcede0604f091f96c88dfef9f2bca'
+INPUTS_SHA256 = 'ce09fa3da1d280bba37736cbf7a06a391b1947400e48002b606d4b882ca0b190'

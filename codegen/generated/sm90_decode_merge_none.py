@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_none (arch=sm90, kernel=decode_merge, scale_mode=none)
-# inputs-sha256: 9dcd321259ddd8c8864254bb1c4dd305f9be35c503bad67a2023dc8e6fbb1040
+# inputs-sha256: de96cdf7a88857cae624338eb820689f0f26330212373bc27abad3f50c35714d
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -87,4 +87,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '9dcd321259ddd8c8864254bb1c4dd305f9be35c503bad67a2023dc8e6fbb1040'
+INPUTS_SHA256 = 'de96cdf7a88857cae624338eb820689f0f26330212373bc27abad3f50c35714d'

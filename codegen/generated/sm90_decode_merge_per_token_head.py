@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_per_token_head (arch=sm90, kernel=decode_merge, scale_mode=per_token_head)
-# inputs-sha256: 733c5d1ffca70727de9cb55e11be5ffcd2e4b78d671b2226ee480ff8a08eb884
+# inputs-sha256: 00528aa463faa99502865d2b5f55de697f15ed36f7dd16f3e901faf7718613a6
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -87,4 +87,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '733c5d1ffca70727de9cb55e11be5ffcd2e4b78d671b2226ee480ff8a08eb884'
+INPUTS_SHA256 = '00528aa463faa99502865d2b5f55de697f15ed36f7dd16f3e901faf7718613a6'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_scalar (arch=sm90, kernel=decode_merge, scale_mode=scalar)
-# inputs-sha256: 962da763caa1d7a45f0887e121e8b4164f5bbeb0931f589551cb028f02dc9e8d
+# inputs-sha256: e7a97c3b0c9fc14e823370d3fa44d7c14da63bdfda632fc53e10c61b72d83b90
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -88,4 +88,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '962da763caa1d7a45f0887e121e8b4164f5bbeb0931f589551cb028f02dc9e8d'
+INPUTS_SHA256 = 'e7a97c3b0c9fc14e823370d3fa44d7c14da63bdfda632fc53e10c61b72d83b90'

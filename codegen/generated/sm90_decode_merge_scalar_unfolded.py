@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_scalar_unfolded (arch=sm90, kernel=decode_merge, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: cf0dc300e25dbb65b4c658fc1263560c3862eb2a6ca926ff4ca39b93ce6beaee
+# inputs-sha256: 0148e345ed57e005f57473f5d89fa1d07c4e2621a2f13003d4316c42d21a44c2
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -87,4 +87,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = 'cf0dc300e25dbb65b4c658fc1263560c3862eb2a6ca926ff4ca39b93ce6beaee'
+INPUTS_SHA256 = '0148e345ed57e005f57473f5d89fa1d07c4e2621a2f13003d4316c42d21a44c2'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: 9dcd321259ddd8c8864254bb1c4dd305f9be35c503bad67a2023dc8e6fbb1040
+# inputs-sha256: eac4e2577b052d17fe90cc658a8add66d1b7f8a073142a70f192e4820e924f96
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -224,4 +224,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '9dcd321259ddd8c8864254bb1c4dd305f9be35c503bad67a2023dc8e6fbb1040'
+INPUTS_SHA256 = 'eac4e2577b052d17fe90cc658a8add66d1b7f8a073142a70f192e4820e924f96'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 733c5d1ffca70727de9cb55e11be5ffcd2e4b78d671b2226ee480ff8a08eb884
+# inputs-sha256: 5b391b14b464bee1795e5ba45b3a253d714c9d0e59f58f5065c2bbbe9772232b
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -244,4 +244,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '733c5d1ffca70727de9cb55e11be5ffcd2e4b78d671b2226ee480ff8a08eb884'
+INPUTS_SHA256 = '5b391b14b464bee1795e5ba45b3a253d714c9d0e59f58f5065c2bbbe9772232b'

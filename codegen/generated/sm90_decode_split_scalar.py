@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 962da763caa1d7a45f0887e121e8b4164f5bbeb0931f589551cb028f02dc9e8d
+# inputs-sha256: a3b6c5170a8641f28a206405dda31dcdbdaaffcf4041aa272c4a09a0399ffc44
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -229,4 +229,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '962da763caa1d7a45f0887e121e8b4164f5bbeb0931f589551cb028f02dc9e8d'
+INPUTS_SHA256 = 'a3b6c5170a8641f28a206405dda31dcdbdaaffcf4041aa272c4a09a0399ffc44'

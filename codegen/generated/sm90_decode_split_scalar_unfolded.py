@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar_unfolded (arch=sm90, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: cf0dc300e25dbb65b4c658fc1263560c3862eb2a6ca926ff4ca39b93ce6beaee
+# inputs-sha256: bccbd679adec76bffcbe7c18d6a264de4d9223d6d445873052bc62d8630c4385
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -231,4 +231,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'cf0dc300e25dbb65b4c658fc1263560c3862eb2a6ca926ff4ca39b93ce6beaee'
+INPUTS_SHA256 = 'bccbd679adec76bffcbe7c18d6a264de4d9223d6d445873052bc62d8630c4385'

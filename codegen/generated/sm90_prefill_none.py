@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: 9dcd321259ddd8c8864254bb1c4dd305f9be35c503bad67a2023dc8e6fbb1040
+# inputs-sha256: 367e4b9880e0736548e1ec6eaf9187f73621c0d6173e032056e15d5ea04d9807
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -201,4 +201,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '9dcd321259ddd8c8864254bb1c4dd305f9be35c503bad67a2023dc8e6fbb1040'
+INPUTS_SHA256 = '367e4b9880e0736548e1ec6eaf9187f73621c0d6173e032056e15d5ea04d9807'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 733c5d1ffca70727de9cb55e11be5ffcd2e4b78d671b2226ee480ff8a08eb884
+# inputs-sha256: 7af6eea081c3247253c6a21f5c2b38f97c273b4a792c309cba7721e9da09d84a
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -235,4 +235,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '733c5d1ffca70727de9cb55e11be5ffcd2e4b78d671b2226ee480ff8a08eb884'
+INPUTS_SHA256 = '7af6eea081c3247253c6a21f5c2b38f97c273b4a792c309cba7721e9da09d84a'

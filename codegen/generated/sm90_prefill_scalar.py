@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 962da763caa1d7a45f0887e121e8b4164f5bbeb0931f589551cb028f02dc9e8d
+# inputs-sha256: f1d9ae9263ee887292cc151d26dc6e404ebeb310fd80308eea8774bd8b2ef960
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -205,4 +205,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '962da763caa1d7a45f0887e121e8b4164f5bbeb0931f589551cb028f02dc9e8d'
+INPUTS_SHA256 = 'f1d9ae9263ee887292cc151d26dc6e404ebeb310fd80308eea8774bd8b2ef960'

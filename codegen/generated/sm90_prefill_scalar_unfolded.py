@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: cf0dc300e25dbb65b4c658fc1263560c3862eb2a6ca926ff4ca39b93ce6beaee
+# inputs-sha256: 76a5e03b2e851fe744f6058cf45c3d3aac972dd8aea8fd542e22f02673477a63
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -210,4 +210,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'cf0dc300e25dbb65b4c658fc1263560c3862eb2a6ca926ff4ca39b93ce6beaee'
+INPUTS_SHA256 = '76a5e03b2e851fe744f6058cf45c3d3aac972dd8aea8fd542e22f02673477a63'

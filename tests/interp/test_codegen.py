@@ -66,3 +66,22 @@ def test_variant_names_are_unique_and_importable():
         mod = importlib.import_module(v.module)
         assert mod.ARCH == v.arch and mod.SCALE_MODE == v.scale_mode
         assert mod.INPUTS_SHA256 == render.inputs_sha256(v)
+
+
+def test_a_module_hash_covers_exactly_the_templates_it_renders_from(tmp_path, monkeypatch):
+    """A decode-only template change moves the decode hashes and leaves prefill's (and its tuned
+    configs) alone; a change to the shared _attend.jinja moves both."""
+    shutil.copytree(render.TEMPLATE_DIR, tmp_path / "templates")
+    monkeypatch.setattr(render, "TEMPLATE_DIR", tmp_path / "templates")
+    prefill, split, merge = (Variant("sm90", k, "scalar") for k in ("prefill", "decode_split", "decode_merge"))
+    before = {v: render.inputs_sha256(v) for v in (prefill, split, merge)}
+    with open(tmp_path / "templates" / "_merge.jinja", "a") as f:
+        f.write("{# a decode-only change #}\n")
+    after = {v: render.inputs_sha256(v) for v in (prefill, split, merge)}
+    assert after[prefill] == before[prefill]
+    assert after[split] != before[split] and after[merge] != before[merge]
+    with open(tmp_path / "templates" / "_attend.jinja", "a") as f:
+        f.write("{# a shared change #}\n")
+    shared = {v: render.inputs_sha256(v) for v in (prefill, split, merge)}
+    assert shared[prefill] != after[prefill] and shared[split] != after[split]
+    assert shared[merge] == after[merge], "the merge kernel does not render from _attend.jinja"
