@@ -25,7 +25,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from codegen import LaunchConfig, cases, get_config  # noqa: E402
 from codegen.configs import default_config  # noqa: E402
-from codegen.timing import copy_bandwidth, graph_time, input_sets, matmul_flops  # noqa: E402
+from codegen.timing import copy_bandwidth, empty_launch_us, graph_time, input_sets, matmul_flops  # noqa: E402
 from codegen.validate import detect_device_arch  # noqa: E402
 from codegen.workload import min_bytes, useful_flops  # noqa: E402
 
@@ -154,8 +154,10 @@ def main(argv=None) -> int:
                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), command=" ".join(sys.argv))
     env["copy_bytes_per_s"] = copy_bandwidth()
     env["bf16_flops_per_s"] = matmul_flops()
+    env["empty_launch_us"] = empty_launch_us(args.calls)
     print(f"# {env['gpu']} ({arch}), torch {env['torch']}, triton {env['triton']}; "
-          f"copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s")
+          f"copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s, "
+          f"an empty one-launch call {env['empty_launch_us']:.2f} us")
     rows = []
     specs = [s for s in grid(args.quick) if any(f in s.label for f in args.filter)]
     header = f"{'case':58s} {'config':>18s} {'us/call':>9s} {'%HBM':>6s} {'%bf16':>6s}"

@@ -18,7 +18,9 @@ def markdown(doc: dict) -> str:
     lines = [
         f"{env['gpu']} ({env['arch']}), torch {env['torch']}, triton {env['triton']}, {env['date']}; "
         f"ceilings measured in the same run: copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, "
-        f"bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s. Command: `{env['command']}`.",
+        f"bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s"
+        + (f", an empty one-launch call {env['empty_launch_us']:.2f} us" if "empty_launch_us" in env else "")
+        + f". Command: `{env['command']}`.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),

@@ -12,6 +12,8 @@ import statistics
 from typing import Callable, Sequence
 
 import torch
+import triton
+import triton.language as tl
 
 L2_BYTES_H200 = 60 * 2 ** 20
 
@@ -89,6 +91,18 @@ def copy_bandwidth(num_bytes: int = 2 * 2 ** 30, repeats: int = 20) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
     return 2 * num_bytes / statistics.median(times)
+
+
+@triton.jit
+def _one_store(ptr):
+    tl.store(ptr + tl.program_id(0), 1)
+
+
+def empty_launch_us(calls: int = 20) -> float:
+    """Per-call time of a Triton kernel that only stores one int, timed like the kernels (one graph
+    of `calls` calls, replay / calls, median): the floor under any one-launch call on this GPU."""
+    buf = torch.zeros(1, dtype=torch.int32, device="cuda")
+    return graph_time([lambda: _one_store[(1,)](buf) for _ in range(calls)]).median_us
 
 
 def matmul_flops(n: int = 8192, repeats: int = 10) -> float:
