@@ -3,8 +3,10 @@
 # root. GPU 1: the GPU accuracy tests, then a tuning worker; GPU 0: a tuning worker, then the
 # headline benchmark with the configs just tuned. Workers share one SQLite study (resumable: run
 # again to continue). Every phase has its own time limit, so logs, study and JSON always reach $OUT.
-#   TUNE0_ARGS="--kernels decode" TUNE1_ARGS="--kernels prefill" \
+#   TUNE0_ARGS="--kernels decode" TUNE1_ARGS="--kernels prefill" BENCH_CONFIGS="runtime untuned" \
 #     bash scripts/h200_tune_two_gpus.sh TUNE_SECONDS BENCH_SECONDS TEST_SECONDS
+# The next run: bash scripts/h200_tune_two_gpus.sh 420 170 120  (finishes the grid, then the
+# benchmark with the unfolded column; carry .whl, the study travels in the tree).
 set -uo pipefail
 TUNE_S=${1:?tuning seconds}; BENCH_S=${2:-0}; TEST_S=${3:-300}
 OUT=${OUT:-/tmp/msa-tune-out}
@@ -28,8 +30,9 @@ tune() {  # GPU, seconds, extra args
 ) &
 tune 0 "$TUNE_S" "${TUNE0_ARGS:-}"
 if [ "$BENCH_S" -gt 0 ]; then
-  CUDA_VISIBLE_DEVICES=0 timeout -k 10 "$BENCH_S" python3 benchmarks/bench.py --quick --configs runtime untuned \
-    --out "$OUT/bench" > "$OUT/bench.log" 2>&1
+  # shellcheck disable=SC2086 - BENCH_CONFIGS is a word list
+  CUDA_VISIBLE_DEVICES=0 timeout -k 10 "$BENCH_S" python3 benchmarks/bench.py --quick \
+    --configs ${BENCH_CONFIGS:-runtime untuned unfolded} --out "$OUT/bench" > "$OUT/bench.log" 2>&1
 fi
 wait
 cp tuned_configs/sm90__NVIDIA_H200.json tune_studies/sm90__NVIDIA_H200.db "$OUT/"
