@@ -240,7 +240,7 @@ def main(argv=None) -> int:
                                             args=args, argv=argv)
                 outcome = tune_bucket(bucket, bucket.study_name(inputs, versions["triton"]), settings, worker,
                                       preparer, log=log, state=state, publish=publish,
-                                      neighbours=_neighbour_configs(out_path, bucket))
+                                      neighbours=functools.partial(_neighbour_configs, out_path, bucket))
                 if outcome == BUSY:
                     continue
                 pending.remove(item)
@@ -279,22 +279,20 @@ def _provenance(*, measured: bool, gpu_name: str, arch: str, inputs: str, versio
 def _neighbour_configs(out_path, bucket, count: int = 2) -> list:
     """Configs chosen (not the default) for the `count` buckets of this table nearest to `bucket` in
     log2 tokens, from the file this run writes; none when it does not exist or cannot be read."""
-    import math
-
     from codegen import tuned_store
     from codegen.configs import LaunchConfig
+    from codegen.loader import buckets_by_distance
 
     try:
         table = tuned_store.read_document(out_path)["tables"].get(bucket.table_key, {})
     except (OSError, ValueError):
         return []
-    entries = [(abs(math.log2(int(tokens)) - math.log2(bucket.tokens)), int(tokens), entry)
-               for tokens, entry in table.get("buckets", {}).items()
-               if int(tokens) != bucket.tokens and not entry.get("is_default")]
+    chosen = {int(tokens): entry for tokens, entry in table.get("buckets", {}).items()
+              if int(tokens) != bucket.tokens and not entry.get("is_default")}
     configs = []
-    for _, _, entry in sorted(entries, key=lambda e: (e[0], e[1]))[:count]:
+    for tokens in buckets_by_distance(chosen, bucket.tokens)[:count]:
         try:
-            configs.append(LaunchConfig.from_dict(entry["config"]))
+            configs.append(LaunchConfig.from_dict(chosen[tokens]["config"]))
         except (TypeError, ValueError):
             continue
     return configs
@@ -326,8 +324,7 @@ def _table(results, elapsed_s: float) -> str:
     for r in results:
         fmt = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
         speed = f"{r.speedup:.2f}x" if r.speedup else "-"
-        conf = "default" if r.is_default else ",".join(f"{k}={v}" for k, v in sorted(r.config.to_dict().items())
-                                                        if getattr(r.config, k) != getattr(type(r.config)(), k))
+        conf = "default" if r.is_default else ",".join(f"{k}={v}" for k, v in r.config.non_default().items())
         lines.append(f"{r.bucket.label:40s} {fmt(r.default_us):>11s} {fmt(r.tuned_us):>10s} {speed:>8s} "
                      f"{r.trials:6d} {r.failures:6d}  {conf}")
     lines.append(f"{len(results)} buckets in {elapsed_s:.0f} s")

@@ -84,7 +84,7 @@ def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_head
                              num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
     use_pdl = _use_pdl(q)
     counters = None
-    if config.num_splits > 1 and config.fused_merge:
+    if config.fuses_merge:
         counters = arrival_counters(q.device, q.shape[0] * num_kv_heads)
     partials = load_module(arch, "decode_split", scale_mode, fold_scales).launch(
         q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output, decode_query_len,

@@ -48,6 +48,21 @@ class LaunchConfig:
     matrix_instr_nonkdim: int = 0
     kpack: int = 1
 
+    @property
+    def fuses_merge(self) -> bool:
+        """Decode: the split kernel merges its partials itself (no second launch)."""
+        return self.num_splits > 1 and bool(self.fused_merge)
+
+    @property
+    def launches_merge(self) -> bool:
+        """Decode: a second launch (the merge kernel) reduces the split kernel's partials."""
+        return self.num_splits > 1 and not self.fused_merge
+
+    def non_default(self) -> dict[str, int]:
+        """The fields that differ from LaunchConfig's defaults, sorted by name."""
+        default = LaunchConfig().to_dict()
+        return {k: v for k, v in sorted(self.to_dict().items()) if default[k] != v}
+
     def to_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
 

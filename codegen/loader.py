@@ -95,10 +95,15 @@ def _check_stale(path, table: dict, arch: str, kernel: str, scale_mode: str) -> 
         _warn_once(path, f"stale: tuned with triton {prov['triton']}, running {triton.__version__}; re-run tune.py")
 
 
+def buckets_by_distance(buckets, num_tokens: int) -> list[int]:
+    """The buckets from closest to num_tokens to farthest, in log2 space; ties go to the smaller."""
+    target = math.log2(max(num_tokens, 1))
+    return sorted(buckets, key=lambda b: (abs(math.log2(b) - target), b))
+
+
 def nearest_bucket(buckets, num_tokens: int) -> int:
     """The bucket closest to num_tokens in log2 space; ties go to the smaller bucket."""
-    target = math.log2(max(num_tokens, 1))
-    return min(buckets, key=lambda b: (abs(math.log2(b) - target), b))
+    return buckets_by_distance(buckets, num_tokens)[0]
 
 
 def get_config(kernel: str, arch: str, device_name: str, scale_mode: str, kv_dtype: str,

@@ -169,7 +169,7 @@ def config_label(arch: str, kernel: str, config: LaunchConfig) -> str:
         parts.append(f"bt{config.block_t}")
     parts += [f"w{config.num_warps}", f"st{config.num_stages}"]
     if kernel == "decode_split":
-        parts.append(f"sp{config.num_splits}" + ("fm" if config.fused_merge and config.num_splits > 1 else ""))
+        parts.append(f"sp{config.num_splits}" + ("fm" if config.fuses_merge else ""))
     if config.kv_upcast:
         parts.append(f"up{config.kv_upcast}")
     if get_arch(arch).amd_knobs:
@@ -198,7 +198,7 @@ def launches_for(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_h
     if kernel == "prefill":
         kernels = ["prefill"]
     elif kernel == "decode":
-        kernels = ["decode_split"] + (["decode_merge"] if config.num_splits > 1 and not config.fused_merge else [])
+        kernels = ["decode_split"] + (["decode_merge"] if config.launches_merge else [])
     else:
         raise ValueError(f"kernel: expected 'prefill' or 'decode' (a runtime call), got {kernel!r}")
     return [StaticLaunch(arch, k, scale_mode, kv_dtype, num_q_heads, num_kv_heads, config, head_dim=head_dim,

@@ -32,7 +32,7 @@ def normalize(config: LaunchConfig) -> LaunchConfig:
     """Parameters that do nothing in this config take their defaults, so equal launches compare equal."""
     if config.num_splits == 1:
         config = dataclasses.replace(config, fused_merge=LaunchConfig.fused_merge)
-    if config.num_splits == 1 or config.fused_merge:
+    if not config.launches_merge:
         config = dataclasses.replace(config, merge_num_warps=LaunchConfig.merge_num_warps)
     return config
 

@@ -191,8 +191,8 @@ def render(summary: dict, url: str) -> str:
             _short(row["best_config"])
         lines.append(f"  {row['label']:34s} {row['done']:5d} {row['running']:4d} {row['failed']:5d} {row['lost']:5d} "
                      f"{row['waiting']:5d} {best:>9s}  {_state(row):32s} {config}")
-    lines.append("(done: configs measured, failed: of those, the ones that failed; lost: trials whose worker died, "
-                 "retried; wait: queued)")
+    lines.append("(done: configs measured, failed: of those, the ones that failed; lost: trials whose worker died "
+                 "or that ran out of GPU memory, retried; wait: queued)")
     alive = summary["alive"]
     lines.append(f"workers alive ({len(alive)}; a trial with a fresh heartbeat, or finishing a bucket): "
                  + ("; ".join(f"{t} ({w})" for t, w in sorted(alive.items())) or "none"))

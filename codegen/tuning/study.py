@@ -239,15 +239,16 @@ def _claimed_keys(trials) -> set[str]:
     return {_key_of(t) for t in _evaluated(trials) + _running(trials)}
 
 
-def _seed(study, bucket: Bucket, space_keys: set[str], neighbours=()) -> None:
+def _seed(study, bucket: Bucket, space_keys: set[str], neighbours=None) -> None:
     """The default is always the first trial of a study (the baseline every candidate must beat);
     then the configs chosen for the nearest finished buckets of the same table, when they are in
-    this study's space: a neighbour's winner is the likeliest good point, and costs one trial."""
+    this study's space: a neighbour's winner is the likeliest good point, and costs one trial.
+    `neighbours` returns those configs; it is called only when the study is seeded."""
     if study.user_attrs.get("seeded"):
         return
     study.set_user_attr("seeded", True)
     queued = set()
-    for config in [default_for(bucket), *neighbours]:
+    for config in [default_for(bucket), *(neighbours() if neighbours else ())]:
         config = normalize(config)
         key = config_key(config)
         if key in queued or key not in space_keys:
@@ -300,15 +301,15 @@ def is_final(result: dict | None, target: int) -> bool:
 
 
 def tune_bucket(bucket: Bucket, study_name: str, settings: TuneSettings, worker: TrialWorker,
-                preparer: Preparer, log=print, state: TunerState | None = None, publish=None, neighbours=()):
+                preparer: Preparer, log=print, state: TunerState | None = None, publish=None, neighbours=None):
     """Works on one bucket's study until it is finished or the rest of it is in other workers' hands.
 
     Returns the BucketResult when this worker finished the bucket (confirmation run, then
     `publish(result)`, whose JSON-able return value is stored in the study as its "result"), BUSY
     when others are measuring what is left (or finishing it), FINISHED_ELSEWHERE when it was
     already finished. Raises StorageUnavailable when the database stays unreachable.
-    `neighbours`: configs chosen for nearby buckets of the same table, queued after the default
-    when the study is created."""
+    `neighbours`: a function returning the configs chosen for nearby buckets of the same table,
+    queued after the default; called once, when the study is seeded."""
     own_state = state is None
     if own_state:
         state = TunerState(settings, log=log)
@@ -319,7 +320,7 @@ def tune_bucket(bucket: Bucket, study_name: str, settings: TuneSettings, worker:
             state.close()
 
 
-def _study_for(bucket, study_name, settings, state, neighbours=()):
+def _study_for(bucket, study_name, settings, state, neighbours=None):
     if study_name in state.studies:
         return state.studies[study_name]
     if settings.candidates is not None:
@@ -345,7 +346,7 @@ def _study_for(bucket, study_name, settings, state, neighbours=()):
     return state.studies[study_name]
 
 
-def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish, neighbours=()):
+def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish, neighbours=None):
     study, space, exhaustive = _study_for(bucket, study_name, settings, state, neighbours)
     budget_end = state.bucket_start.setdefault(study_name, time.monotonic()) + settings.bucket_time_s
     target = min(settings.trials, len(space))
@@ -416,8 +417,7 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
             if result.get("kind") == "out_of_memory" and _oom_losses(study, config_key(config)) < _OOM_RETRIES:
                 # Out of GPU memory says nothing about the config: drop this attempt, queue the config again.
                 log(f"  {bucket.label} trial #{trial.number}: out of GPU memory; queued again")
-                trial.set_user_attr("lost", "out_of_memory")
-                _tell(study, trial, state, duplicate=True)
+                _tell(study, trial, state, lost="out_of_memory")
                 study.enqueue_trial(params_of(config, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype))
                 continue
             if result.get("ok"):
@@ -445,14 +445,19 @@ def _busy(bucket, study_name, state, log, why: str) -> str:
     return BUSY
 
 
-def _tell(study, trial, state: TunerState, *, value=None, failure=None, duplicate=False, attrs=None, log=None,
-          bucket=None) -> None:
+def _tell(study, trial, state: TunerState, *, value=None, failure=None, duplicate=False, lost=None, attrs=None,
+          log=None, bucket=None) -> None:
     """Records a trial's outcome and stops its heartbeat. A trial that a long database outage let
-    go stale (failed by another worker, and queued again) keeps that verdict: this result is dropped."""
+    go stale (failed by another worker, and queued again) keeps that verdict: this result is dropped.
+    `lost` (a reason) records an attempt that says nothing about its config: failed without a
+    verdict, like a trial whose worker died, so the config stays free to run again."""
     try:
         if duplicate:
             trial.set_user_attr("duplicate", True)
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        elif lost is not None:
+            trial.set_user_attr("lost", lost)
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
         elif failure is not None:
             trial.set_user_attr("failure", failure[0])
             trial.set_user_attr("failure_message", failure[1][:1000])
@@ -468,8 +473,11 @@ def _tell(study, trial, state: TunerState, *, value=None, failure=None, duplicat
         if not recorded.state.is_finished():
             raise
         mine = recorded.user_attrs.get("tuner") == TUNER_ID
-        ours = recorded.user_attrs.get("duplicate") if duplicate else mine and (
-            "failure" in recorded.user_attrs if failure is not None else recorded.state == optuna.trial.TrialState.COMPLETE)
+        if duplicate or lost is not None:
+            ours = recorded.user_attrs.get("duplicate") if duplicate else recorded.user_attrs.get("lost") == lost
+        else:
+            ours = mine and ("failure" in recorded.user_attrs if failure is not None
+                             else recorded.state == optuna.trial.TrialState.COMPLETE)
         if not ours:  # failed by heartbeat while the database was away from us
             if log:
                 log(f"  trial #{trial.number} was failed by heartbeat while its result could not be recorded; "
@@ -477,7 +485,7 @@ def _tell(study, trial, state: TunerState, *, value=None, failure=None, duplicat
             return
     finally:
         state.heartbeats.discard(trial._trial_id)
-    if duplicate:
+    if duplicate or lost is not None:
         return
     state.trials_run += 1
     if log:

@@ -17,8 +17,7 @@ from ..tuned_store import REPO_CONFIG_DIR, validate_document
 
 
 def _changed(config: dict) -> str:
-    default = LaunchConfig().to_dict()
-    diff = {k: v for k, v in sorted(config.items()) if default.get(k) != v}
+    diff = LaunchConfig.from_dict(config).non_default()
     return ", ".join(f"{k}={v}" for k, v in diff.items()) or "(arch default)"
 
 

@@ -268,11 +268,11 @@ def test_studies_are_seeded_with_the_neighbouring_buckets_winners(tmp_path):
 
     space = enumerate_space("sm90", "decode", num_q_heads=8, num_kv_heads=1, topk=4, kv_dtype="fp8")
     study = optuna.create_study()
-    _seed(study, bucket, {config_key(c) for c in space} - {config_key(far)}, neighbours)
+    _seed(study, bucket, {config_key(c) for c in space} - {config_key(far)}, lambda: neighbours)
     queued = [t.system_attrs["fixed_params"] for t in study.get_trials(deepcopy=False)]
     assert len(queued) == 2  # `far` is outside this (restricted) space
     assert queued[0]["block_n"] == default_for(bucket).block_n
     assert queued[1] == {"block_n": 32, "num_warps": 8, "num_stages": 1, "num_splits": 4, "fused_merge": 1,
                          "kv_upcast": 2}
-    _seed(study, bucket, {config_key(c) for c in space}, neighbours)
+    _seed(study, bucket, {config_key(c) for c in space}, lambda: neighbours)
     assert len(study.get_trials(deepcopy=False)) == 2, "a study is seeded once"
