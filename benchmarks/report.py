@@ -1,6 +1,7 @@
-"""Markdown table of a bench.json, one row per case and one column per config.
+"""Markdown table of one or more bench.json files (e.g. one per GPU of a sharded run), one row per
+case and one column per config; each file's rows keep the fractions of its own run's ceilings.
 
-  python benchmarks/report.py results/h200/bench/bench.json
+  python benchmarks/report.py results/h200/bench/bench.json [more.json ...]
 """
 from __future__ import annotations
 
@@ -8,20 +9,22 @@ import json
 import sys
 
 
-def markdown(doc: dict) -> str:
-    env, rows = doc["env"], [r for r in doc["rows"] if "error" not in r]
+def _env_line(env: dict) -> str:
+    return (f"{env['gpu']} ({env['arch']}), torch {env['torch']}, triton {env['triton']}, {env['date']}; "
+            f"ceilings measured in the same run: copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, "
+            f"bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s"
+            + (f", an empty one-launch call {env['empty_launch_us']:.2f} us" if "empty_launch_us" in env else "")
+            + f". Command: `{env['command']}`.")
+
+
+def markdown(*docs: dict) -> str:
+    rows = [r for doc in docs for r in doc["rows"] if "error" not in r]
     columns = list(dict.fromkeys(r["config"] for r in rows))
     cases = list(dict.fromkeys(r["case"] for r in rows))
     by = {(r["case"], r["config"]): r for r in rows}
     ratios = [c for c in ("untuned", "unfolded") if c in columns]  # only columns the run measured
     head = ["case"] + [f"{c} us" for c in columns] + ["runtime % of floor"] + [f"{c} / runtime" for c in ratios]
-    lines = [
-        f"{env['gpu']} ({env['arch']}), torch {env['torch']}, triton {env['triton']}, {env['date']}; "
-        f"ceilings measured in the same run: copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, "
-        f"bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s"
-        + (f", an empty one-launch call {env['empty_launch_us']:.2f} us" if "empty_launch_us" in env else "")
-        + f". Command: `{env['command']}`.",
-        "",
+    lines = ["\n".join(("- " if len(docs) > 1 else "") + _env_line(doc["env"]) for doc in docs), "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
     ]
@@ -44,4 +47,6 @@ def markdown(doc: dict) -> str:
 
 
 if __name__ == "__main__":
-    print(markdown(json.load(open(sys.argv[1]))))
+    if len(sys.argv) < 2:
+        sys.exit("usage: report.py BENCH_JSON [BENCH_JSON ...]")
+    print(markdown(*(json.load(open(path)) for path in sys.argv[1:])))
