@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import pathlib
 import platform
@@ -94,20 +95,33 @@ def grid(quick: bool) -> list[Spec]:
     return specs
 
 
-def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[LaunchConfig | None, bool]:
-    """(config, fold_scales) of a column: 'runtime' (what the loader picks: tuned when a file matches),
-    'untuned' (the arch default), 'unfolded' (runtime config, the seed's unfolded scalar rendering),
-    or a JSON object overriding fields of the runtime config."""
+SELECTION_COLUMNS = ("tiled", "per_token", "auto")  # prefill's `selection` argument
+
+
+def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[LaunchConfig | None, dict]:
+    """(the config a column runs, the keyword arguments of its call). 'runtime': what the API does
+    by itself (config=None: the loader's tuned entry when a file matches; prefill's selection
+    'auto'); 'untuned': the arch default; 'unfolded': the runtime config in the seed's unfolded
+    scalar rendering; 'tiled' / 'per_token' / 'auto': prefill's selection argument, the API
+    picking the config (the one shown is the tiled one for auto); or a JSON object overriding
+    fields of the runtime config. (None, {}) when the column does not apply to the case."""
     hq, hkv = LAYOUTS[spec.layout]
-    choice = get_config(spec.kernel, arch, torch.cuda.get_device_name(), spec.mode, MODES[spec.mode], hq, hkv,
-                        case.args["q"].shape[0])
+    lookup = functools.partial(get_config, spec.kernel, arch, torch.cuda.get_device_name(), spec.mode,
+                               MODES[spec.mode], hq, hkv, case.args["q"].shape[0])
+    if variant in SELECTION_COLUMNS:
+        if spec.kernel != "prefill":
+            return None, {}
+        return lookup(per_token=variant == "per_token").config, dict(selection=variant)
+    runtime = lookup().config
     if variant == "runtime":
-        return choice.config, True
+        return runtime, {}
     if variant == "untuned":
-        return default_config(arch, spec.kernel, num_tokens=case.args["q"].shape[0], num_kv_heads=hkv), True
+        default = default_config(arch, spec.kernel, num_tokens=case.args["q"].shape[0], num_kv_heads=hkv)
+        return default, dict(config=default)
     if variant == "unfolded":
-        return choice.config, False
-    return dataclasses.replace(choice.config, **json.loads(variant)), True
+        return (runtime, dict(config=runtime, fold_scales=False)) if spec.mode == "scalar" else (None, {})
+    override = dataclasses.replace(runtime, **json.loads(variant))
+    return override, dict(config=override)
 
 
 def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int) -> list[dict]:
@@ -117,12 +131,12 @@ def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int) -> list[
     sets = [first] + [build(spec, arch, seed=s) for s in range(1, n_sets)]
     rows = []
     for config_arg in config_args:
-        config, fold = resolve(config_arg, spec, arch, first)
-        if not fold and spec.mode != "scalar":
-            continue  # the unfolded baseline exists for scalar scales only
+        config, kw = resolve(config_arg, spec, arch, first)
+        if config is None:
+            continue  # the unfolded baseline exists for scalar scales only, selections for prefill only
         try:
             # Prefill calls run for milliseconds: fewer replays give as stable a median.
-            timing = graph_time([lambda c=sets[i % n_sets]: cases.run_kernel(c, config=config, fold_scales=fold)
+            timing = graph_time([lambda c=sets[i % n_sets]: cases.run_kernel(c, **kw)
                                  for i in range(calls)], replays=30 if spec.kernel == "decode" else 8)
         except Exception as exc:  # a config that cannot run is reported, not fatal
             rows.append(dict(case=spec.label, config=config_arg, error=f"{type(exc).__name__}: {exc}"[:200]))
@@ -140,7 +154,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few headline cases instead of the full grid")
     parser.add_argument("--configs", nargs="+", default=["runtime", "untuned", "unfolded"],
                         help="columns: runtime (tuned when a file matches), untuned (arch default), unfolded "
-                             "(the seed's baseline, scalar only), or JSON overrides of the runtime config")
+                             "(the seed's baseline, scalar only), tiled / per_token / auto (prefill's selection "
+                             "argument), or JSON overrides of the runtime config")
     parser.add_argument("--calls", type=int, default=20, help="calls captured per graph")
     parser.add_argument("--filter", nargs="+", default=[""], help="only cases whose label contains one of these")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="folder for bench.json and the PNG plots")

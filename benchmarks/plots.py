@@ -1,7 +1,16 @@
-"""PNG plots of a bench.json: per-call time and % of the floor per case, one bar per column."""
+"""PNG plots of a bench.json: per-call time and % of the floor per case, one bar per column.
+A kernel with more cases than fit as bars (the full grid) gets grid plots instead: one panel per
+head layout and decode context / prefill pattern, time and % of floor over the batch or shape.
+
+  python benchmarks/plots.py OUT_DIR BENCH_JSON [BENCH_JSON ...]
+"""
 from __future__ import annotations
 
+import json
 import pathlib
+import sys
+
+BARS_UP_TO = 24  # cases per kernel drawn as bars; more are drawn as grid panels
 
 
 def write_plots(rows: list[dict], out: pathlib.Path) -> list[pathlib.Path]:
@@ -17,6 +26,9 @@ def write_plots(rows: list[dict], out: pathlib.Path) -> list[pathlib.Path]:
     for kernel in ("decode", "prefill"):
         names = [c for c in cases if c.startswith(kernel)]
         if not names:
+            continue
+        if len(names) > BARS_UP_TO:
+            written += _grid_plots(plt, [r for r in ok if r["case"] in names], kernel, out)
             continue
         floor_key = "hbm_fraction" if kernel == "decode" else "bf16_fraction"
         floor_name = "% of HBM floor (copy bandwidth)" if kernel == "decode" else "% of bf16 matmul peak"
@@ -40,3 +52,66 @@ def write_plots(rows: list[dict], out: pathlib.Path) -> list[pathlib.Path]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+def _grid_plots(plt, rows: list[dict], kernel: str, out: pathlib.Path) -> list[pathlib.Path]:
+    """Decode: panels per layout x (context, query length), x = requests. Prefill: panels per
+    layout x pattern, x = chunk shape. One line per (scale mode, column)."""
+    specs = [r["spec"] for r in rows]
+    layouts = sorted({s["layout"] for s in specs}, key=lambda l: int(l[2:]))
+    if kernel == "decode":
+        panels = sorted({(s["context"], s["tokens"]) for s in specs})
+        panel_of = lambda s: (s["context"], s["tokens"])  # noqa: E731
+        panel_name = lambda p: f"ctx {p[0] // 1024}k, q{p[1]}"  # noqa: E731
+        xs = sorted({s["batch"] for s in specs})
+        x_of, x_name = (lambda s: s["batch"]), "requests"
+    else:
+        panels = sorted({s["pattern"] for s in specs})
+        panel_of, panel_name = (lambda s: s["pattern"]), str
+        xs = sorted({(s["batch"], s["tokens"], s["context"]) for s in specs}, key=lambda x: (x[2], x[0] * x[1], x[0]))
+        x_of, x_name = (lambda s: (s["batch"], s["tokens"], s["context"])), "chunk"
+    floor_key, floor_name = (("hbm_fraction", "% of HBM floor") if kernel == "decode"
+                             else ("bf16_fraction", "% of bf16 peak"))
+    columns = list(dict.fromkeys(r["config"] for r in rows))
+    modes = list(dict.fromkeys(s["mode"] for s in specs))
+    written = []
+    for metric, label, scale in (("time_us", "us per call", "log"), (floor_key, floor_name, "linear")):
+        fig, axes = plt.subplots(len(layouts), len(panels), squeeze=False, sharex=True,
+                                 figsize=(4.2 * len(panels), 3.2 * len(layouts)))
+        for i, layout in enumerate(layouts):
+            for j, panel in enumerate(panels):
+                ax = axes[i][j]
+                for mode in modes:
+                    for k, col in enumerate(columns):
+                        pts = {x_of(r["spec"]): r[metric] * (100 if metric != "time_us" else 1) for r in rows
+                               if r["spec"]["layout"] == layout and panel_of(r["spec"]) == panel
+                               and r["spec"]["mode"] == mode and r["config"] == col}
+                        if pts:
+                            ax.plot([xs.index(x) for x in xs if x in pts], [pts[x] for x in xs if x in pts],
+                                    marker="o", linestyle=("-", "--", ":", "-.")[k % 4], label=f"{mode} {col}")
+                ax.set_yscale(scale)
+                ax.set_title(f"{layout}, {panel_name(panel)}", fontsize=9)
+                if j == 0:
+                    ax.set_ylabel(label)
+                ax.set_xticks(range(len(xs)))
+                ax.set_xticklabels([str(x) if kernel == "decode" else f"{x[0]}x{x[1] // 1024}k+{x[2] // 1024}k"
+                                    for x in xs], rotation=35, fontsize=7)
+                if i == len(layouts) - 1:
+                    ax.set_xlabel(x_name)
+        axes[0][0].legend(fontsize=6)
+        fig.suptitle(f"MSA {kernel}, full grid: {label} (CUDA-graph replays, 20 calls per graph)")
+        fig.tight_layout()
+        path = out / f"{kernel}_{'time' if metric == 'time_us' else 'floor'}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit("usage: plots.py OUT_DIR BENCH_JSON [BENCH_JSON ...]")
+    out_dir = pathlib.Path(sys.argv[1])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for written_path in write_plots([r for p in sys.argv[2:] for r in json.load(open(p))["rows"]], out_dir):
+        print(written_path)

@@ -22,7 +22,7 @@ def markdown(*docs: dict) -> str:
     columns = list(dict.fromkeys(r["config"] for r in rows))
     cases = list(dict.fromkeys(r["case"] for r in rows))
     by = {(r["case"], r["config"]): r for r in rows}
-    ratios = [c for c in ("untuned", "unfolded") if c in columns]  # only columns the run measured
+    ratios = [c for c in ("untuned", "unfolded", "tiled", "per_token", "auto") if c in columns]  # only columns the run measured
     head = ["case"] + [f"{c} us" for c in columns] + ["runtime % of floor"] + [f"{c} / runtime" for c in ratios]
     lines = ["\n".join(("- " if len(docs) > 1 else "") + _env_line(doc["env"]) for doc in docs), "",
         "| " + " | ".join(head) + " |",

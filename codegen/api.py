@@ -1,6 +1,7 @@
 """Runtime API: drop-in for vLLM's MiniMax-M3 sparse-attention wrappers, over the generated modules."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import os
@@ -8,7 +9,8 @@ from typing import Mapping
 
 import torch
 
-from . import validate
+from . import selection as tile_selection
+from . import tuned_store, validate
 from .configs import LaunchConfig, check_kv_upcast, validate_config
 from .loader import get_config
 from .variants import Variant
@@ -33,14 +35,11 @@ def _device_name(device: torch.device) -> str:
     return "cpu-interpreter" if device.type == "cpu" else torch.cuda.get_device_name(device)
 
 
-def _kv_dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _resolve_config(config, *, kernel, arch, scale_mode, q, kv_cache, num_kv_heads, topk) -> LaunchConfig:
+def _resolve_config(config, *, kernel, arch, scale_mode, q, kv_cache, num_kv_heads, topk,
+                    per_token=False) -> LaunchConfig:
     if config is None:
-        config = get_config(kernel, arch, _device_name(q.device), scale_mode, _kv_dtype_name(kv_cache.dtype),
-                            q.shape[1], num_kv_heads, q.shape[0], topk).config
+        config = get_config(kernel, arch, _device_name(q.device), scale_mode, tuned_store.kv_dtype_name(kv_cache.dtype),
+                            q.shape[1], num_kv_heads, q.shape[0], topk, per_token=per_token).config
     elif isinstance(config, Mapping):
         config = LaunchConfig.from_dict(config)
     validate_config(config, arch=arch, kernel=kernel, topk=topk)
@@ -55,18 +54,45 @@ def _use_pdl(q: torch.Tensor) -> bool:
 
 def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
                         num_kv_heads, sm_scale, output, k_scale=None, v_scale=None, *, arch=None, config=None,
-                        fold_scales=True):
+                        fold_scales=True, selection=None):
     """Block-sparse GQA prefill over the paged cache; writes and returns `output` ([total_q, Hq, D]).
-    fold_scales=False runs the seed's unfolded scalar-scale baseline (for benchmarks)."""
+
+    selection: "tiled" runs the config as chosen (tuned on selections neighbouring tokens share);
+    "per_token" the per-token path (block_t 1: a given config must be one); "auto" decides on the
+    device, per call, from how much the selections overlap (codegen.selection), without a host
+    sync: when the tiled config has block_t > 1, both paths are launched and the one not chosen
+    exits at once. None (the default): "auto" when the config comes from the loader, "tiled" when
+    one is given (a given config runs as given). fold_scales=False runs the seed's unfolded
+    scalar-scale baseline (for benchmarks)."""
     num_reqs = validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
                                              output, k_scale, v_scale, num_reqs)
     _check_fold(fold_scales, scale_mode)
-    config = _resolve_config(config, kernel="prefill", arch=arch, scale_mode=scale_mode, q=q, kv_cache=kv_cache,
-                             num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
+    if selection is None:
+        selection = "auto" if config is None else "tiled"
+    tile_selection.check_selection(selection)
+    resolve = functools.partial(_resolve_config, kernel="prefill", arch=arch, scale_mode=scale_mode, q=q,
+                                kv_cache=kv_cache, num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
+    per_token = None
+    if selection == "per_token":
+        config = resolve(config, per_token=True)
+        if config.block_t != 1:
+            raise ValueError(f"config.block_t: selection='per_token' needs 1, got {config.block_t}")
+    else:
+        explicit = config is not None
+        config = resolve(config)
+        if selection == "auto" and config.block_t > 1:
+            # A given config's per-token twin; else the table's nearest per-token bucket.
+            per_token = resolve(dataclasses.replace(config, block_t=1) if explicit else None, per_token=True)
     module = load_module(arch, "prefill", scale_mode, fold_scales)
-    return module.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
-                         num_kv_heads, sm_scale, output, k_scale, v_scale, config)
+    launch = functools.partial(module.launch, q, kv_cache, topk_idx, block_table)
+    rest = (seq_lens, prefix_lens, max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale)
+    if per_token is None:
+        return launch(cu_seqlens_q, *rest, config)
+    tiled_cu, per_token_cu = tile_selection.split_seqlens(
+        cu_seqlens_q, tile_selection.choose_tiles(topk_idx, config.block_t))
+    launch(tiled_cu, *rest, config)
+    return launch(per_token_cu, *rest, per_token)
 
 
 def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,

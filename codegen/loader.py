@@ -6,6 +6,8 @@ Lookup order for (kernel, arch, device, scale mode, KV dtype, head layout, token
   2. in its table for (kernel, scale mode, KV dtype, head layout): the exact token bucket, else the
      nearest bucket in log2 space (ties go to the smaller bucket);
   3. else the arch default (codegen.configs.default_config).
+With per_token=True (prefill's per-token path, for selections that neighbouring tokens do not
+share) only buckets whose tuned config is per-token (block_t 1) count, else the arch default.
 Files are read once (cached by path and mtime). A broken file, one for another arch or device, or
 a stale one (other template inputs or Triton version) gives one warning; broken and mismatched
 files are ignored, stale ones still serve (their configs are valid launches, maybe not the best).
@@ -107,9 +109,14 @@ def nearest_bucket(buckets, num_tokens: int) -> int:
 
 
 def get_config(kernel: str, arch: str, device_name: str, scale_mode: str, kv_dtype: str,
-               num_q_heads: int, num_kv_heads: int, num_tokens: int, topk: int = 16) -> ConfigChoice:
+               num_q_heads: int, num_kv_heads: int, num_tokens: int, topk: int = 16, *,
+               per_token: bool = False) -> ConfigChoice:
     """The launch config for one call shape and how it was chosen (see the module docstring)."""
+    if per_token and kernel != "prefill":
+        raise ValueError(f"per_token: only prefill has a per-token path, got kernel={kernel!r}")
     default = default_config(arch, kernel, num_tokens=num_tokens, num_kv_heads=num_kv_heads, topk=topk)
+    if per_token and default.block_t != 1:
+        default = dataclasses.replace(default, block_t=1)
     path, doc, why = _document_for(arch, device_name)
     if doc is None:
         return ConfigChoice(default, False, "default", why)
@@ -122,6 +129,11 @@ def get_config(kernel: str, arch: str, device_name: str, scale_mode: str, kv_dty
                             path=str(path))
     _check_stale(path, table, arch, kernel, scale_mode)
     buckets = {int(b): entry for b, entry in table["buckets"].items()}
+    if per_token:
+        buckets = {b: entry for b, entry in buckets.items() if entry["config"].get("block_t", 1) == 1}
+        if not buckets:
+            return ConfigChoice(default, False, "default", f"{path} {key} has no per-token (block_t 1) bucket",
+                                path=str(path))
     exact = num_tokens in buckets
     bucket = num_tokens if exact else nearest_bucket(buckets, num_tokens)
     config = LaunchConfig.from_dict(buckets[bucket]["config"])
@@ -129,4 +141,5 @@ def get_config(kernel: str, arch: str, device_name: str, scale_mode: str, kv_dty
         return ConfigChoice(default, False, "default", f"{path} {key} bucket {bucket}: num_splits > topk={topk}",
                             path=str(path))
     source = "tuned:exact" if exact else "tuned:nearest"
-    return ConfigChoice(config, True, source, f"{path} {key} bucket {bucket}", bucket=bucket, path=str(path))
+    scope = " (nearest per-token bucket)" if per_token else ""
+    return ConfigChoice(config, True, source, f"{path} {key} bucket {bucket}{scope}", bucket=bucket, path=str(path))

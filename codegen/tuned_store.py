@@ -56,6 +56,16 @@ def file_name(arch: str, device: str) -> str:
     return f"{arch}__{normalize_device_name(device)}.json"
 
 
+def kv_dtype_name(dtype) -> str:
+    """A KV cache's torch dtype as the tables name it: any fp8 type (e4m3fn, e4m3fnuz) is "fp8"."""
+    if dtype in tuple(spec.fp8_dtype for spec in ARCHS.values()):
+        return "fp8"
+    names = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
+    if str(dtype) not in names:
+        raise TypeError(f"kv_cache: expected an fp8, bf16 or fp16 dtype, got {dtype}")
+    return names[str(dtype)]
+
+
 def table_key(kernel: str, scale_mode: str, kv_dtype: str, num_q_heads: int, num_kv_heads: int) -> str:
     return f"{kernel}/{scale_mode}/{kv_dtype}/{num_q_heads}x{num_kv_heads}"
 

@@ -125,3 +125,30 @@ def test_unfolded_baseline_gpu(arch, kernel, layout):
         torch.cuda.synchronize()
         result = compare(out, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
         assert result.ok, str(result)
+
+
+def test_prefill_auto_selection_in_a_cuda_graph(arch):
+    """selection='auto' decides on the device: one captured call, replayed on correlated then on
+    random selections (same shapes), takes the tiled path, then the per-token one, right both times."""
+    from codegen.selection import choose_tiles
+
+    kw = dict(arch=arch, q_lens=[256, 64], prefix_lens=[60000, 3000], num_q_heads=16, num_kv_heads=1,
+              q_dtype=torch.bfloat16, device="cuda", future_prob=0.0)
+    case = cases.prefill_case(pattern="correlated", seed=1, **kw)
+    config = LaunchConfig(block_n=64, block_t=4)
+    cases.run_kernel(case, config=config, selection="auto")  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        cases.run_kernel(case, config=config, selection="auto")
+    for pattern, tiles in (("correlated", True), ("random", False), ("correlated", True)):
+        fresh = cases.prefill_case(pattern=pattern, seed=2, **kw)
+        assert bool(choose_tiles(fresh.args["topk_idx"], 4)) is tiles
+        for name, value in fresh.args.items():
+            if isinstance(value, torch.Tensor) and name != "output":
+                case.args[name].copy_(value)
+        case.poison()
+        graph.replay()
+        torch.cuda.synchronize()
+        result = compare(case.output, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
+        assert result.ok, f"replay on {pattern} selections: {result}"

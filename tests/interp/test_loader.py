@@ -139,3 +139,45 @@ def test_unmeasured_checked_in_tables_match_the_templates():
             kernel, scale_mode = key.split("/")[:2]
             assert prov["inputs_sha256"] == loader.current_inputs_sha256(doc["arch"], kernel, scale_mode), (
                 f"{path.name} {key}: written for other templates; regenerate it with msa-tune --write-defaults")
+
+
+def test_per_token_lookup_takes_the_nearest_per_token_bucket(config_dir):
+    doc = tuned_store.new_document("sm90", "NVIDIA H200")
+    tiles = {512: 1, 2048: 4, 8192: 4}
+    doc["tables"]["prefill/scalar/fp8/16x1"] = {
+        "provenance": _prov(inputs_sha256=loader.current_inputs_sha256("sm90", "prefill", "scalar")),
+        "buckets": {str(b): dict(config=LaunchConfig(block_t=t, num_stages=3).to_dict(), is_default=False,
+                                 default_us=10.0, tuned_us=8.0, trials=5, failures=0) for b, t in tiles.items()},
+    }
+    _write(config_dir, doc)
+    get = lambda **kw: get_config("prefill", "sm90", "NVIDIA H200", "scalar", "fp8", 16, 1, 8192, **kw)  # noqa: E731
+    assert get().config.block_t == 4 and get().source == "tuned:exact"
+    choice = get(per_token=True)
+    assert choice.bucket == 512 and choice.config == LaunchConfig(num_stages=3) and choice.is_tuned
+    assert choice.source == "tuned:nearest" and "per-token" in choice.reason
+    doc["tables"]["prefill/scalar/fp8/16x1"]["buckets"].pop("512")
+    _write(config_dir, doc)
+    loader._load.cache_clear()
+    choice = get(per_token=True)
+    assert not choice.is_tuned and choice.config.block_t == 1 and "no per-token" in choice.reason
+    with pytest.raises(ValueError, match="per_token: only prefill"):
+        get_config("decode", "sm90", "NVIDIA H200", "scalar", "fp8", 16, 1, 1, per_token=True)
+
+
+def test_the_api_lookup_finds_tuned_tables(config_dir, monkeypatch):
+    # The API names the cache dtype as the tables do: an fp8 cache is "fp8", not "float8_e4m3fn".
+    import torch
+
+    from codegen import api
+
+    assert tuned_store.kv_dtype_name(torch.float8_e4m3fn) == "fp8" == tuned_store.kv_dtype_name(torch.float8_e4m3fnuz)
+    assert tuned_store.kv_dtype_name(torch.bfloat16) == "bf16"
+    with pytest.raises(TypeError, match="kv_cache: expected an fp8, bf16 or fp16 dtype"):
+        tuned_store.kv_dtype_name(torch.float32)
+    _write(config_dir, _doc())
+    monkeypatch.setattr(api, "_device_name", lambda device: "NVIDIA H200")
+    q = torch.zeros(16, 16, 128)
+    kv_cache = torch.zeros(4, 1, 128, 256, dtype=torch.float8_e4m3fn)
+    config = api._resolve_config(None, kernel="decode", arch="sm90", scale_mode="scalar", q=q, kv_cache=kv_cache,
+                                 num_kv_heads=1, topk=16)
+    assert config == _get(16).config and _get(16).is_tuned

@@ -1,0 +1,69 @@
+"""Prefill: multi-token tiles or the per-token path, decided on the device from the selections.
+
+A tile of `block_t` tokens loads the union of their selected pages and scores every row against
+it. When neighbouring tokens pick the same blocks (the indexer's usual output) the union is about
+one token's 16 pages and the tile is the fast path; when they pick unrelated blocks the union
+grows towards block_t x 16 and the tile does that many times the useful work, where the per-token
+path does none wasted. The H200 measurements behind the threshold are in docs/perf-notes.md.
+
+The decision stays on the GPU (no host sync, CUDA-graph safe): both paths are launched, and the
+one not chosen gets its cu_seqlens_q multiplied by 0, so each of its programs reads an empty
+request and returns.
+"""
+from __future__ import annotations
+
+import torch
+
+SELECTIONS = ("tiled", "per_token", "auto")
+SAMPLED_TILES = 256  # tiles per KV head the estimate looks at, spread evenly over the tokens
+
+
+def check_selection(selection: str) -> str:
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection: expected one of {SELECTIONS}, got {selection!r}")
+    return selection
+
+
+def tiles_pay_off_below(block_t: int) -> float:
+    """The tile inflation up to which block_t tiles are kept. On the H200 (8k tokens, tuned configs)
+    4-token tiles ran 1.9x faster than the per-token path at inflation 1.13 (correlated, TP1) and
+    0.72x at 3.73 (random); 8-token tiles 2.5x on correlated selections (TP8). The rule keeps tiles
+    while at most about half of the tile's work is wasted: 1.5 for 2 tokens, 2.5 for 4, 4.5 for 8."""
+    return (1 + block_t) / 2
+
+
+def tile_inflation(topk_idx: torch.Tensor, block_t: int, sampled_tiles: int = SAMPLED_TILES) -> torch.Tensor:
+    """Distinct pages per tile of block_t consecutive tokens over the pages one token picks, as a
+    0-d float32 tensor on topk_idx's device: 1.0 when a tile's tokens share every page, block_t
+    when they share none. Tiles are taken over the flat token order (a tile may straddle two
+    requests, whose ids then count as distinct: the estimate errs towards the per-token path)."""
+    if block_t < 2:
+        raise ValueError(f"block_t: a tile has at least 2 tokens, got {block_t}")
+    num_kv_heads, total_q, topk = topk_idx.shape
+    num_tiles = total_q // block_t
+    device = topk_idx.device
+    if num_tiles == 0:
+        return torch.ones((), dtype=torch.float32, device=device)
+    samples = min(sampled_tiles, num_tiles)
+    starts = torch.arange(samples, device=device) * num_tiles // samples * block_t
+    tokens = (starts[:, None] + torch.arange(block_t, device=device)[None, :]).reshape(-1)
+    ids = topk_idx[:, tokens, :].reshape(num_kv_heads * samples, block_t * topk)
+    ids = ids.sort(dim=-1).values
+    valid = ids >= 0  # -1 pads the tail of a row's selection
+    first = torch.ones_like(valid)
+    first[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    distinct = (valid & first).sum().to(torch.float32)
+    picks_per_token = valid.sum().to(torch.float32) / block_t
+    return distinct / picks_per_token.clamp(min=1.0)
+
+
+def split_seqlens(cu_seqlens_q: torch.Tensor, use_tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cu_seqlens for the tiled launch, for the per-token launch): the chosen path keeps the real
+    offsets, the other one gets zeros (every request empty)."""
+    keep = use_tiles.to(cu_seqlens_q.dtype)
+    return cu_seqlens_q * keep, cu_seqlens_q * (1 - keep)
+
+
+def choose_tiles(topk_idx: torch.Tensor, block_t: int) -> torch.Tensor:
+    """0-d bool tensor on the device: True when block_t tiles should run."""
+    return tile_inflation(topk_idx, block_t) <= tiles_pay_off_below(block_t)

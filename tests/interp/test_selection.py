@@ -1,0 +1,95 @@
+"""Prefill's tiled / per-token decision (codegen.selection) and the API's `selection` argument."""
+import pytest
+import torch
+
+from codegen import LaunchConfig, cases
+from codegen.accuracy import compare, gate_dtype
+from codegen.api import load_module
+from codegen.selection import choose_tiles, split_seqlens, tile_inflation, tiles_pay_off_below
+
+
+def _case(pattern, seed=0, **kw):
+    shape = dict(q_lens=[16], prefix_lens=[8000], num_q_heads=8, num_kv_heads=2, head_dim=32, topk=4)
+    shape.update(kw)
+    return cases.prefill_case(arch="sm90", pattern=pattern, seed=seed, future_prob=0.0, **shape)
+
+
+def test_inflation_separates_shared_from_unrelated_selections():
+    # The benchmark's shapes, scaled down: 16 picks of 128-token blocks after a long prefix.
+    shape = dict(q_lens=[512], prefix_lens=[64 * 1024], head_dim=16, topk=16)
+    correlated = tile_inflation(_case("correlated", **shape).args["topk_idx"], 4).item()
+    unrelated = tile_inflation(_case("random", **shape).args["topk_idx"], 4).item()
+    assert 1.0 <= correlated < 1.5 < 3.0 < unrelated <= 4.0
+    assert correlated <= tiles_pay_off_below(4) < unrelated
+
+
+def test_inflation_counts_distinct_pages_exactly():
+    # One KV head, two tiles of 2 tokens: {1, 2} + {1, 2} -> 2 pages, {3, -1} + {4, 5} -> 3 pages, 2.5
+    # per tile; 7 valid picks over 4 tokens, 1.75 per token: 2.5 / 1.75.
+    ids = torch.tensor([[[1, 2], [2, 1], [3, -1], [4, 5]]], dtype=torch.int32)
+    assert tile_inflation(ids, 2).item() == pytest.approx(2.5 / 1.75)
+    with pytest.raises(ValueError, match="block_t"):
+        tile_inflation(ids, 1)
+
+
+def test_split_seqlens_gives_one_path_the_offsets_and_the_other_zeros():
+    cu = torch.tensor([0, 5, 9], dtype=torch.int32)
+    tiled, per_token = split_seqlens(cu, torch.tensor(True))
+    assert tiled.tolist() == [0, 5, 9] and per_token.tolist() == [0, 0, 0] and tiled.dtype == torch.int32
+    tiled, per_token = split_seqlens(cu, torch.tensor(False))
+    assert tiled.tolist() == [0, 0, 0] and per_token.tolist() == [0, 5, 9]
+
+
+def test_a_launch_on_zeroed_offsets_writes_nothing():
+    case = _case("random")
+    a = case.args
+    case.poison()
+    before = a["output"].clone()
+    load_module("sm90", "prefill", "scalar").launch(
+        a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], torch.zeros_like(a["cu_seqlens_q"]), a["seq_lens"],
+        a["prefix_lens"], a["max_query_len"], a["num_kv_heads"], a["sm_scale"], a["output"], a["k_scale"],
+        a["v_scale"], LaunchConfig(block_n=32))
+    assert torch.equal(a["output"].nan_to_num(1e9), before.nan_to_num(1e9))
+
+
+@pytest.mark.parametrize("pattern,tiles", [("correlated", True), ("random", False)])
+def test_auto_runs_the_chosen_path_and_matches_the_reference(pattern, tiles):
+    case = _case(pattern, seed=3)
+    assert bool(choose_tiles(case.args["topk_idx"], 4)) is tiles
+    config = LaunchConfig(block_n=32, block_t=4)
+    case.poison()
+    out = cases.run_kernel(case, arch="sm90", config=config, selection="auto")
+    result = compare(out, cases.run_reference(case), gate_dtype(case.args["q"].dtype, config))
+    assert result.ok, f"{pattern}: {result}"
+
+
+def test_selection_argument_is_checked():
+    case = _case("random")
+    with pytest.raises(ValueError, match="selection: expected one of"):
+        cases.run_kernel(case, arch="sm90", selection="fast")
+    with pytest.raises(ValueError, match="config.block_t: selection='per_token' needs 1, got 4"):
+        cases.run_kernel(case, arch="sm90", config=LaunchConfig(block_t=4), selection="per_token")
+
+
+def test_default_selection_runs_a_given_config_as_given(monkeypatch):
+    from codegen import api
+
+    launched = []
+    real = api.load_module
+
+    class Spy:
+        def __init__(self, module):
+            self.module = module
+
+        def launch(self, *args):
+            launched.append(args[-1].block_t)  # the config is the last argument
+            return self.module.launch(*args)
+
+    monkeypatch.setattr(api, "load_module", lambda *a: Spy(real(*a)))
+    case = _case("random")
+    for kw, expected in ((dict(config=LaunchConfig(block_t=4)), [4]),  # given: tiled, one launch
+                         (dict(config=LaunchConfig(block_t=4), selection="auto"), [4, 1]),  # both paths
+                         (dict(), [1])):  # loader's pick on the CPU: the per-token default, nothing to decide
+        launched.clear()
+        cases.run_kernel(case, arch="sm90", **kw)
+        assert launched == expected, kw
