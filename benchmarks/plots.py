@@ -45,13 +45,17 @@ def write_plots(rows: list[dict], out: pathlib.Path) -> list[pathlib.Path]:
         axes[0].legend()
         axes[1].set_xticks([i + 0.4 - width / 2 for i in range(len(names))])
         axes[1].set_xticklabels([n.removeprefix(kernel + " ") for n in names], rotation=35, ha="right", fontsize=8)
-        fig.suptitle(f"MSA {kernel}: per-call time from CUDA-graph replays, and fraction of the floor")
-        fig.tight_layout()
-        path = out / f"{kernel}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, out / f"{kernel}.png",
+                             f"MSA {kernel}: per-call time from CUDA-graph replays, and fraction of the floor"))
     return written
+
+
+def _save(plt, fig, path: pathlib.Path, title: str) -> pathlib.Path:
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def _grid_plots(plt, rows: list[dict], kernel: str, out: pathlib.Path) -> list[pathlib.Path]:
@@ -99,12 +103,8 @@ def _grid_plots(plt, rows: list[dict], kernel: str, out: pathlib.Path) -> list[p
                 if i == len(layouts) - 1:
                     ax.set_xlabel(x_name)
         axes[0][0].legend(fontsize=6)
-        fig.suptitle(f"MSA {kernel}, full grid: {label} (CUDA-graph replays, 20 calls per graph)")
-        fig.tight_layout()
-        path = out / f"{kernel}_{'time' if metric == 'time_us' else 'floor'}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, out / f"{kernel}_{'time' if metric == 'time_us' else 'floor'}.png",
+                             f"MSA {kernel}, full grid: {label} (CUDA-graph replays, 20 calls per graph)"))
     return written
 
 

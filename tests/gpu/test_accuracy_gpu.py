@@ -4,7 +4,6 @@ The CPU gates' cases at the model's real sizes (head_dim 128, topk 16, per-rank 
 bf16 queries on the device, through the module generated for the device's arch.
 Run: python -m pytest tests/gpu -q
 """
-import dataclasses
 
 import pytest
 import torch
@@ -31,6 +30,18 @@ def _check(case, config):
     result = compare(out, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
     assert result.ok, f"{case.kernel} {case.scale_mode}: {result}"
     return out
+
+
+def _replay_on(graph, case, fresh):
+    """Copies fresh's inputs into the buffers `graph` captured from `case`, poisons the output,
+    replays, and compares with the reference."""
+    for name, value in fresh.args.items():
+        if isinstance(value, torch.Tensor) and name != "output":
+            case.args[name].copy_(value)
+    case.poison()
+    graph.replay()
+    torch.cuda.synchronize()
+    return compare(case.output, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
 
 
 @pytest.mark.parametrize("mode,kv_dtype", MODES)
@@ -77,14 +88,7 @@ def test_decode_cuda_graph_replay(arch, fused):
         for _ in range(3):
             cases.run_kernel(case, config=config)
     for seed in (2, 3, 4):
-        fresh = cases.decode_case(seq_lens=[4000, 300, 7000], padded_rows=2, seed=seed, **kw)
-        for name, value in fresh.args.items():
-            if isinstance(value, torch.Tensor) and name != "output":
-                case.args[name].copy_(value)
-        case.poison()
-        graph.replay()
-        torch.cuda.synchronize()
-        result = compare(case.output, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
+        result = _replay_on(graph, case, cases.decode_case(seq_lens=[4000, 300, 7000], padded_rows=2, seed=seed, **kw))
         assert result.ok, f"replay with seed {seed}: {result}"
 
 
@@ -144,11 +148,5 @@ def test_prefill_auto_selection_in_a_cuda_graph(arch):
     for pattern, tiles in (("correlated", True), ("random", False), ("correlated", True)):
         fresh = cases.prefill_case(pattern=pattern, seed=2, **kw)
         assert bool(choose_tiles(fresh.args["topk_idx"], 4)) is tiles
-        for name, value in fresh.args.items():
-            if isinstance(value, torch.Tensor) and name != "output":
-                case.args[name].copy_(value)
-        case.poison()
-        graph.replay()
-        torch.cuda.synchronize()
-        result = compare(case.output, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
+        result = _replay_on(graph, case, fresh)
         assert result.ok, f"replay on {pattern} selections: {result}"
