@@ -90,7 +90,7 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
     if per_token is None:
         return launch(cu_seqlens_q, *rest, config)
     tiled_cu, per_token_cu = tile_selection.split_seqlens(
-        cu_seqlens_q, tile_selection.choose_tiles(topk_idx, config.block_t))
+        cu_seqlens_q, tile_selection.choose_tiles(topk_idx, config.block_t, scale_mode))
     launch(tiled_cu, *rest, config)
     return launch(per_token_cu, *rest, per_token)
 

@@ -4,7 +4,7 @@ A tile of `block_t` tokens loads the union of their selected pages and scores ev
 it. When neighbouring tokens pick the same blocks (the indexer's usual output) the union is about
 one token's 16 pages and the tile is the fast path; when they pick unrelated blocks the union
 grows towards block_t x 16 and the tile does that many times the useful work, where the per-token
-path does none wasted. The H200 measurements behind the threshold are in docs/perf-notes.md.
+path does none wasted. The H200 measurements behind the thresholds: TILE_WASTE_SHARE below.
 
 The decision stays on the GPU (no host sync, CUDA-graph safe): both paths are launched, and the
 one not chosen gets its cu_seqlens_q multiplied by 0, so each of its programs reads an empty
@@ -24,12 +24,22 @@ def check_selection(selection: str) -> str:
     return selection
 
 
-def tiles_pay_off_below(block_t: int) -> float:
-    """The tile inflation up to which block_t tiles are kept. On the H200 (8k tokens, tuned configs)
-    4-token tiles ran 1.9x faster than the per-token path at inflation 1.13 (correlated, TP1) and
-    0.72x at 3.73 (random); 8-token tiles 2.5x on correlated selections (TP8). The rule keeps tiles
-    while at most about half of the tile's work is wasted: 1.5 for 2 tokens, 2.5 for 4, 4.5 for 8."""
-    return (1 + block_t) / 2
+# How much of a tile's extra work each scale mode's tiles absorb before the per-token path wins:
+# tiles are kept while the inflation is at most 1 + share x (block_t - 1) / 2. From the H200 run
+# in results/h200/selection/ (`python benchmarks/selection_check.py` prints every case), the
+# break-even inflation lies, for 4-token tiles: scalar between 1.9 (tiles 0.95x the per-token
+# time) and 2.95 (1.30x); bf16 (`none`) between 1.30 (0.74x) and 1.9 (1.06x); per_token_head
+# between 1.30 (0.79x) and 1.9 (1.19x); for 8-token tiles: scalar between 2.2 (0.74x) and 4.6
+# (1.14x), per_token_head between 1.44 (0.96x) and 2.2 (1.47x).
+TILE_WASTE_SHARE = {"scalar": 1.0, "none": 0.5, "per_token_head": 0.3}
+
+
+def tiles_pay_off_below(block_t: int, scale_mode: str) -> float:
+    """The tile inflation up to which block_t tiles are kept for a scale mode (see TILE_WASTE_SHARE):
+    scalar 2.5 for 4 tokens and 4.5 for 8; none 1.75 and 2.75; per_token_head 1.45 and 2.05."""
+    if scale_mode not in TILE_WASTE_SHARE:
+        raise ValueError(f"scale_mode: expected one of {sorted(TILE_WASTE_SHARE)}, got {scale_mode!r}")
+    return 1 + TILE_WASTE_SHARE[scale_mode] * (block_t - 1) / 2
 
 
 def tile_inflation(topk_idx: torch.Tensor, block_t: int, sampled_tiles: int = SAMPLED_TILES) -> torch.Tensor:
@@ -64,6 +74,6 @@ def split_seqlens(cu_seqlens_q: torch.Tensor, use_tiles: torch.Tensor) -> tuple[
     return cu_seqlens_q * keep, cu_seqlens_q * (1 - keep)
 
 
-def choose_tiles(topk_idx: torch.Tensor, block_t: int) -> torch.Tensor:
+def choose_tiles(topk_idx: torch.Tensor, block_t: int, scale_mode: str) -> torch.Tensor:
     """0-d bool tensor on the device: True when block_t tiles should run."""
-    return tile_inflation(topk_idx, block_t) <= tiles_pay_off_below(block_t)
+    return tile_inflation(topk_idx, block_t) <= tiles_pay_off_below(block_t, scale_mode)

@@ -147,6 +147,6 @@ def test_prefill_auto_selection_in_a_cuda_graph(arch):
         cases.run_kernel(case, config=config, selection="auto")
     for pattern, tiles in (("correlated", True), ("random", False), ("correlated", True)):
         fresh = cases.prefill_case(pattern=pattern, seed=2, **kw)
-        assert bool(choose_tiles(fresh.args["topk_idx"], 4)) is tiles
+        assert bool(choose_tiles(fresh.args["topk_idx"], 4, "scalar")) is tiles
         result = _replay_on(graph, case, fresh)
         assert result.ok, f"replay on {pattern} selections: {result}"

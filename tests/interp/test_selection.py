@@ -20,7 +20,8 @@ def test_inflation_separates_shared_from_unrelated_selections():
     correlated = tile_inflation(_case("correlated", **shape).args["topk_idx"], 4).item()
     unrelated = tile_inflation(_case("random", **shape).args["topk_idx"], 4).item()
     assert 1.0 <= correlated < 1.5 < 3.0 < unrelated <= 4.0
-    assert correlated <= tiles_pay_off_below(4) < unrelated
+    for mode in ("scalar", "none", "per_token_head"):
+        assert correlated <= tiles_pay_off_below(4, mode) < unrelated
 
 
 def test_inflation_counts_distinct_pages_exactly():
@@ -30,6 +31,14 @@ def test_inflation_counts_distinct_pages_exactly():
     assert tile_inflation(ids, 2).item() == pytest.approx(2.5 / 1.75)
     with pytest.raises(ValueError, match="block_t"):
         tile_inflation(ids, 1)
+
+
+def test_thresholds_per_scale_mode():
+    # Kept tiles while inflation <= 1 + share x (block_t - 1) / 2 (the H200 brackets in selection.py).
+    assert [tiles_pay_off_below(4, m) for m in ("scalar", "none", "per_token_head")] == [2.5, 1.75, 1.45]
+    assert tiles_pay_off_below(8, "scalar") == 4.5 and tiles_pay_off_below(2, "scalar") == 1.5
+    with pytest.raises(ValueError, match="scale_mode: expected one of"):
+        tiles_pay_off_below(4, "fp8")
 
 
 def test_split_seqlens_gives_one_path_the_offsets_and_the_other_zeros():
@@ -55,7 +64,7 @@ def test_a_launch_on_zeroed_offsets_writes_nothing():
 @pytest.mark.parametrize("pattern,tiles", [("correlated", True), ("random", False)])
 def test_auto_runs_the_chosen_path_and_matches_the_reference(pattern, tiles):
     case = _case(pattern, seed=3)
-    assert bool(choose_tiles(case.args["topk_idx"], 4)) is tiles
+    assert bool(choose_tiles(case.args["topk_idx"], 4, "scalar")) is tiles
     config = LaunchConfig(block_n=32, block_t=4)
     case.poison()
     out = cases.run_kernel(case, arch="sm90", config=config, selection="auto")

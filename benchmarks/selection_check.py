@@ -1,0 +1,64 @@
+"""Checks prefill's tiled / per-token decision (codegen.selection) against a measured run.
+
+Reads a bench.json that timed the tiles and the per-token path side by side (columns `tiled` or,
+in runs before the `auto` default, `runtime`; and `per_token`), rebuilds each case's selections
+on the CPU (the benchmark's first input set, seed 0), and prints per case: the tile size, the tile
+inflation, what `auto` decides with the current thresholds, and which path the run found faster.
+CPU only.
+
+  python benchmarks/selection_check.py results/h200/selection/selection/bench.json
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from codegen import cases  # noqa: E402
+from codegen.selection import tile_inflation, tiles_pay_off_below  # noqa: E402
+
+LAYOUTS = {"tp1": (64, 4), "tp4": (16, 1), "tp8": (8, 1)}  # as benchmarks/bench.py
+
+
+def _inflation(spec: dict, block_t: int) -> float:
+    hq, hkv = LAYOUTS[spec["layout"]]
+    # The selections do not depend on the cache dtype or head_dim: a small head_dim keeps it quick.
+    case = cases.serving_case("prefill", arch="sm90", num_q_heads=hq, num_kv_heads=hkv, kv_dtype="fp8",
+                              scale_mode="scalar", batch=spec["batch"], tokens=spec["tokens"],
+                              context=spec["context"], pattern=spec["pattern"], head_dim=16,
+                              q_dtype=torch.float32, device="cpu", seed=0)
+    return tile_inflation(case.args["topk_idx"], block_t).item()
+
+
+def main(path: str) -> int:
+    rows = [r for r in json.load(open(path))["rows"] if "error" not in r and r["case"].startswith("prefill")]
+    by = {(r["case"], r["config"]): r for r in rows}
+    tiled_column = "tiled" if any(r["config"] == "tiled" for r in rows) else "runtime"
+    right = total = 0
+    print(f"{'case':48s} {'bt':>3s} {'inflation':>9s} {'keep below':>10s} {'auto':>9s} {'faster':>9s} "
+          f"{'tiles/per-token':>15s}")
+    for case in dict.fromkeys(r["case"] for r in rows):
+        tiled, per_token = by.get((case, tiled_column)), by.get((case, "per_token"))
+        if not tiled or not per_token or tiled["launch"]["block_t"] == 1:
+            continue  # nothing to decide
+        block_t, mode = tiled["launch"]["block_t"], tiled["spec"]["mode"]
+        inflation, limit = _inflation(tiled["spec"], block_t), tiles_pay_off_below(block_t, mode)
+        chosen = "tiles" if inflation <= limit else "per-token"
+        ratio = tiled["time_us"] / per_token["time_us"]
+        faster = "tiles" if ratio < 1 else "per-token"
+        total += 1
+        right += chosen == faster
+        print(f"{case.removeprefix('prefill '):48s} {block_t:3d} {inflation:9.2f} {limit:10.2f} {chosen:>9s} "
+              f"{faster:>9s} {ratio:15.2f}")
+    print(f"auto picks the faster path in {right} of {total} cases")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: selection_check.py BENCH_JSON")
+    sys.exit(main(sys.argv[1]))
