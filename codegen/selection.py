@@ -62,9 +62,10 @@ def tile_inflation(topk_idx: torch.Tensor, block_t: int, sampled_tiles: int = SA
     valid = ids >= 0  # -1 pads the tail of a row's selection
     first = torch.ones_like(valid)
     first[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    # (distinct pages per tile) / (picks per token), both over the same sampled tiles.
     distinct = (valid & first).sum().to(torch.float32)
-    picks_per_token = valid.sum().to(torch.float32) / block_t
-    return distinct / picks_per_token.clamp(min=1.0)
+    picks = valid.sum().to(torch.float32)
+    return distinct * block_t / picks.clamp(min=1.0)
 
 
 def split_seqlens(cu_seqlens_q: torch.Tensor, use_tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
