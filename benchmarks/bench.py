@@ -187,9 +187,11 @@ def main(argv=None) -> int:
             else:
                 print(f"{row['case']:58s} {row['config'][:18]:>18s} ERROR {row['error']}", flush=True)
             rows.append(row)
-        if args.out:  # after every case: a run stopped at its time limit keeps what it measured
+        if args.out:  # after every case (atomically): a run stopped at its time limit keeps what it measured
             args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "bench.json").write_text(json.dumps(dict(env=env, rows=rows), indent=1, sort_keys=True))
+            partial = args.out / "bench.json.tmp"
+            partial.write_text(json.dumps(dict(env=env, rows=rows), indent=1, sort_keys=True))
+            partial.replace(args.out / "bench.json")
     if args.out:
         try:
             from plots import write_plots  # noqa: E402  (benchmarks/plots.py, matplotlib)
