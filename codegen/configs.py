@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from .variants import PAGE_SIZE, TUNABLE_KERNELS, get_arch
+from .variants import FP8_DTYPES, PAGE_SIZE, TUNABLE_KERNELS, get_arch
 
 _AMD_KNOBS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
 # LaunchConfig.kv_upcast values (ints, like every field, so that JSON and Optuna params stay plain).
@@ -13,7 +13,7 @@ KV_UPCAST_MODES = {0: "direct", 1: "via fp32", 2: "fp16 MMAs"}
 
 def check_kv_upcast(config: "LaunchConfig", kv_dtype) -> None:
     """kv_upcast is a choice about converting fp8; on a bf16/fp16 cache only 0 means anything."""
-    if config.kv_upcast != 0 and "float8" not in str(kv_dtype):
+    if config.kv_upcast != 0 and kv_dtype not in FP8_DTYPES:
         raise ValueError(f"config.kv_upcast: {config.kv_upcast} ({KV_UPCAST_MODES.get(config.kv_upcast)}) is for "
                          f"fp8 KV caches; this cache is {str(kv_dtype).removeprefix('torch.')}, use 0")
 

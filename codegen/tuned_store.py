@@ -15,7 +15,7 @@ import re
 import tempfile
 
 from .configs import LaunchConfig, validate_config
-from .variants import ARCHS, SCALE_MODES, TUNABLE_KERNELS
+from .variants import ARCHS, FP8_DTYPES, SCALE_MODES, TUNABLE_KERNELS
 
 SCHEMA = "msa-tune/tuned-configs"
 SCHEMA_VERSION = 1
@@ -58,7 +58,7 @@ def file_name(arch: str, device: str) -> str:
 
 def kv_dtype_name(dtype) -> str:
     """A KV cache's torch dtype as the tables name it: any fp8 type (e4m3fn, e4m3fnuz) is "fp8"."""
-    if dtype in tuple(spec.fp8_dtype for spec in ARCHS.values()):
+    if dtype in FP8_DTYPES:
         return "fp8"
     names = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
     if str(dtype) not in names:

@@ -12,11 +12,10 @@ import os
 
 import torch
 
-from .variants import ARCHS, PAGE_SIZE, get_arch
+from .variants import ARCHS, FP8_DTYPES, PAGE_SIZE, get_arch
 
 Q_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 KV_16BIT_DTYPES = (torch.bfloat16, torch.float16)
-FP8_DTYPES = tuple(spec.fp8_dtype for spec in ARCHS.values())
 
 
 def check_tensor(name: str, x, *, ndim: int, dtypes: tuple | None = None, device: torch.device | None = None,

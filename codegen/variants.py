@@ -52,6 +52,8 @@ ARCHS: dict[str, ArchSpec] = {
     ),
 }
 
+# Every arch's fp8 KV-cache type: the dtypes that make a cache "fp8".
+FP8_DTYPES = tuple(spec.fp8_dtype for spec in ARCHS.values())
 
 def get_arch(arch: str) -> ArchSpec:
     if arch not in ARCHS:
