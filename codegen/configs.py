@@ -60,8 +60,7 @@ class LaunchConfig:
 
     def non_default(self) -> dict[str, int]:
         """The fields that differ from LaunchConfig's defaults, sorted by name."""
-        default = LaunchConfig().to_dict()
-        return {k: v for k, v in sorted(self.to_dict().items()) if default[k] != v}
+        return non_default_fields(self.to_dict())
 
     def to_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -78,6 +77,13 @@ class LaunchConfig:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{what}.{key}: expected an int, got {value!r}")
         return cls(**values)
+
+
+def non_default_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of a config mapping that differ from LaunchConfig's defaults, sorted by name. Keys
+    LaunchConfig does not know are kept (a study written by another version still shows them)."""
+    default = LaunchConfig().to_dict()
+    return {k: v for k, v in sorted(values.items()) if default.get(k) != v}
 
 
 def _power_of_two(x: int) -> bool:

@@ -155,10 +155,9 @@ def summarize(storage, recent_s: float = 120) -> dict:
 def _short(config: dict | None) -> str:
     if not config:
         return "-"
-    from ..configs import LaunchConfig
+    from ..configs import non_default_fields
 
-    base = LaunchConfig().to_dict()
-    return ",".join(f"{k}={v}" for k, v in sorted(config.items()) if base.get(k) != v) or "(base values)"
+    return ",".join(f"{k}={v}" for k, v in non_default_fields(config).items()) or "(base values)"
 
 
 def _state(row) -> str:
