@@ -18,7 +18,7 @@ import time
 
 import optuna
 
-from .storage import _CLAIM, _RESULT, StorageUnavailable, display_url, open_storage
+from .storage import _CLAIM, _RESULT, StorageUnavailable, display_url, open_storage, startup_failure
 from .study import _evaluated, is_final
 
 _STATES = optuna.trial.TrialState
@@ -63,12 +63,8 @@ def main(argv: list[str]) -> int:
     try:
         url = args.storage or _default_storage()
         storage = open_storage(url, retry=DbRetry(url, args.db_retries, args.db_retry_seconds))
-    except StorageUnavailable as exc:
-        print(f"msa-tune: {exc}", file=sys.stderr)
-        return 3
-    except ValueError as exc:
-        print(f"msa-tune: {exc}", file=sys.stderr)
-        return 2
+    except (StorageUnavailable, ValueError) as exc:
+        return startup_failure(exc)
     try:
         if args.command == "export":
             return 0 if export(storage, args.out, any_sources=args.any_sources) else 1

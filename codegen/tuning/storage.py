@@ -58,6 +58,13 @@ class StorageUnavailable(RuntimeError):
         super().__init__(text)
 
 
+def startup_failure(exc: Exception) -> int:
+    """Says on stderr why a msa-tune command could not start; returns its exit code (tune.py's
+    docstring): 3 when the study database cannot be reached, 2 for bad arguments."""
+    print(f"msa-tune: {exc}", file=sys.stderr)
+    return 3 if isinstance(exc, StorageUnavailable) else 2
+
+
 @dataclasses.dataclass
 class DbRetry:
     """Retries a database call that failed for a lost connection: backoff 1, 2, 4, ... s, at most
