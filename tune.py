@@ -146,7 +146,7 @@ def main(argv=None) -> int:
     from codegen import tuned_store
     from codegen.loader import current_inputs_sha256
     from codegen.tuning import buckets as B
-    from codegen.tuning.storage import StorageUnavailable, display_url
+    from codegen.tuning.storage import StorageUnavailable, display_url, startup_failure
     from codegen.tuning.study import BUSY, TUNER_ID, BucketResult, Preparer, TunerState, TuneSettings, tune_bucket
     from codegen.tuning.worker import DEFAULT_RUNNER, TrialWorker
 
@@ -207,12 +207,8 @@ def main(argv=None) -> int:
             except OSError as exc:
                 raise StorageUnavailable(storage, f"cannot create its folder: {exc}", at_startup=True) from None
         state = TunerState(settings, log=log)  # connects now: an unreachable database stops us here
-    except StorageUnavailable as exc:
-        print(f"msa-tune: {exc}", file=sys.stderr)
-        return 3
-    except ValueError as exc:
-        print(f"msa-tune: {exc}", file=sys.stderr)
-        return 2
+    except (StorageUnavailable, ValueError) as exc:
+        return startup_failure(exc)
     print(f"msa-tune: worker {TUNER_ID}", flush=True)
     env = {"TRITON_INTERPRET": "1"} if args.interpret else {}
     worker = TrialWorker(settings.runner, env)
