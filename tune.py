@@ -215,7 +215,6 @@ def main(argv=None) -> int:
     preparer = Preparer(workers, static=settings.static_check, precompile=not args.interpret)
     started = time.monotonic()
     results: list[BucketResult] = []
-    sources: dict = {}
     pending = list(enumerate(grid, 1))
     announced: set[int] = set()
     try:
@@ -225,10 +224,7 @@ def main(argv=None) -> int:
                 i, bucket = item
                 if settings.deadline and time.monotonic() > settings.deadline:
                     break
-                key = (arch, bucket.kernel, bucket.scale_mode)
-                if key not in sources:
-                    sources[key] = current_inputs_sha256(*key)
-                inputs = sources[key]
+                inputs = current_inputs_sha256(arch, bucket.kernel, bucket.scale_mode)  # from the loaded modules
                 if i not in announced:
                     announced.add(i)
                     print(f"[{i}/{len(grid)}] {bucket.label}", flush=True)
