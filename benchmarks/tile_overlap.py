@@ -2,7 +2,8 @@
 tuner and the benchmark use (codegen.cases, CPU only, no kernel runs).
 
 A tile walks the union of its tokens' selected pages and computes every row on each, so its MMA
-work is (distinct pages in the tile) x block_t against the useful sum of every token's own picks.
+work is (distinct pages in the tile) x block_t against the useful sum of every token's own picks:
+codegen.selection.tile_inflation over every tile (the estimate `selection="auto"` samples).
 
   python benchmarks/tile_overlap.py          # 8k tokens, TP1 KV heads; correlated and random + 120k prefix
 """
@@ -11,11 +12,11 @@ from __future__ import annotations
 import pathlib
 import sys
 
-import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from codegen import cases  # noqa: E402
+from codegen.selection import tile_inflation  # noqa: E402
 
 
 def overlap(pattern: str, prefix: int, tokens: int = 8192, num_kv_heads: int = 4, block_ts=(2, 4, 8)) -> list[str]:
@@ -26,16 +27,11 @@ def overlap(pattern: str, prefix: int, tokens: int = 8192, num_kv_heads: int = 4
     heads, total, k = topk.shape
     lines = []
     for bt in block_ts:
-        picks = distinct = 0
-        for g in range(heads):
-            for i in range(0, total - total % bt, bt):
-                valid = topk[g, i:i + bt]
-                valid = valid[valid >= 0]
-                picks += valid.numel()
-                distinct += torch.unique(valid).numel()
-        tiles = heads * (total // bt)
+        tiles = total // bt
+        work = tile_inflation(topk, bt, sampled_tiles=tiles).item()  # every full tile, as auto's estimate counts
+        picks_per_token = (topk[:, :tiles * bt] >= 0).sum().item() / (heads * tiles * bt)
         lines.append(f"{pattern} prefix {prefix // 1024}k block_t {bt}: distinct pages per tile "
-                     f"{distinct / tiles:.1f} of {bt * k}; MMA work / useful = {distinct * bt / picks:.2f}")
+                     f"{work * picks_per_token:.1f} of {bt * k}; MMA work / useful = {work:.2f}")
     return lines
 
 
