@@ -12,7 +12,6 @@ from __future__ import annotations
 import pathlib
 import sys
 
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from codegen import cases  # noqa: E402
