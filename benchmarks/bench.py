@@ -27,11 +27,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from codegen import LaunchConfig, cases, get_config  # noqa: E402
 from codegen.configs import default_config  # noqa: E402
 from codegen.timing import copy_bandwidth, empty_launch_us, graph_time, input_sets, matmul_flops  # noqa: E402
+from codegen.tuning.buckets import DEFAULT_LAYOUTS, DEFAULT_MODES, HEAD_LAYOUTS  # noqa: E402 (no optuna)
 from codegen.validate import detect_device_arch  # noqa: E402
 from codegen.workload import min_bytes, useful_flops  # noqa: E402
 
-LAYOUTS = {"tp1": (64, 4), "tp4": (16, 1), "tp8": (8, 1)}
-MODES = {"scalar": "fp8", "per_token_head": "fp8", "none": "bf16"}
+# The tuner's default grid: head layouts (q heads, KV heads) and scale mode -> KV dtype.
+LAYOUTS = {name: HEAD_LAYOUTS[name] for name in DEFAULT_LAYOUTS}
+MODES = dict(DEFAULT_MODES)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,12 +20,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from codegen import cases  # noqa: E402
 from codegen.selection import tile_inflation, tiles_pay_off_below  # noqa: E402
-
-LAYOUTS = {"tp1": (64, 4), "tp4": (16, 1), "tp8": (8, 1)}  # as benchmarks/bench.py
+from codegen.tuning.buckets import HEAD_LAYOUTS  # noqa: E402
 
 
 def _inflation(spec: dict, block_t: int) -> float:
-    hq, hkv = LAYOUTS[spec["layout"]]
+    hq, hkv = HEAD_LAYOUTS[spec["layout"]]
     # The selections do not depend on the cache dtype or head_dim: a small head_dim keeps it quick.
     case = cases.serving_case("prefill", arch="sm90", num_q_heads=hq, num_kv_heads=hkv, kv_dtype="fp8",
                               scale_mode="scalar", batch=spec["batch"], tokens=spec["tokens"],
