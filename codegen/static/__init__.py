@@ -4,7 +4,7 @@
 sm90 (``GPUTarget("cuda", 90, 32)``) or gfx942 (``GPUTarget("hip", "gfx942", 64)``) and returns a
 `ResourceReport`: registers, spills, scratch, shared memory / LDS, occupancy (gfx942), the matrix
 instructions used, and the limit violations (`problems`). `check_launch` does the same for what
-one runtime call launches (decode = split kernel, plus the merge kernel when num_splits > 1);
+one runtime call launches (decode = split kernel, plus the merge kernel unless the merge is fused);
 the tuner uses it to drop a candidate before spending GPU time on it. `shipped_launches` and
 `report` cover every shipped (module, config); `python -m codegen.static_cli` is the command line.
 

@@ -191,8 +191,8 @@ def _as_config(config) -> LaunchConfig:
 def launches_for(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_heads: int, num_kv_heads: int,
                  config, *, head_dim: int = 128, topk: int = 16, q_dtype: str = "bf16", varlen: bool = False,
                  source: str = "custom", fold_scales: bool = True) -> list[StaticLaunch]:
-    """The kernels one runtime call launches: prefill; or decode_split (+ decode_merge when num_splits > 1
-    and the merge is not fused).
+    """The kernels one runtime call launches: prefill; or decode_split (+ decode_merge when the config
+    launches a merge kernel: more than one split, not fused).
     fold_scales=False: the unfolded scalar baseline modules (as codegen.api with fold_scales=False)."""
     config = _as_config(config)
     if kernel == "prefill":

@@ -173,7 +173,7 @@ def check_launch(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_h
                  config, *, fold_scales: bool = True, **kw) -> list[ResourceReport]:
     """Reports for every kernel one runtime call launches (kernel: "prefill" | "decode").
 
-    decode = decode_split, plus decode_merge when config.num_splits > 1 (sm90 with use_pdl, as the
+    decode = decode_split, plus decode_merge when config.launches_merge (sm90 with use_pdl, as the
     runtime). Keywords: head_dim, topk, q_dtype, varlen, fold_scales (False: the unfolded scalar
     baseline), options, use_cache. The launch fits when
     ``all(r.ok for r in reports)``; otherwise each report's `problems` say which figure broke
