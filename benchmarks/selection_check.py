@@ -3,8 +3,9 @@
 Reads a bench.json that timed the tiles and the per-token path side by side (columns `tiled` or,
 in runs before the `auto` default, `runtime`; and `per_token`), rebuilds each case's selections
 on the CPU (the benchmark's first input set, seed 0), and prints per case: the tile size, the tile
-inflation, what `auto` decides with the current thresholds, and which path the run found faster.
-CPU only.
+inflation, what `auto` decides with the current thresholds, and which path the run found faster;
+then, when the run has an `auto` column, what auto measured against the tiles and the per-token
+path (with the thresholds of that run). CPU only.
 
   python benchmarks/selection_check.py results/h200/selection/selection/bench.json
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import statistics
 import sys
 
 import torch
@@ -54,7 +56,26 @@ def main(path: str) -> int:
         print(f"{case.removeprefix('prefill '):48s} {block_t:3d} {inflation:9.2f} {limit:10.2f} {chosen:>9s} "
               f"{faster:>9s} {ratio:15.2f}")
     print(f"auto picks the faster path in {right} of {total} cases")
+    _measured_auto(by, tiled_column)
     return 0
+
+
+def _measured_auto(by: dict, tiled_column: str) -> None:
+    """Measured auto time over the tiles' and the per-token path's, per selection pattern and chunk
+    shape (across layouts and scale modes)."""
+    groups: dict[str, list] = {}
+    for case, column in by:
+        if column == "auto" and (case, tiled_column) in by and (case, "per_token") in by:
+            auto = by[(case, "auto")]["time_us"]
+            group = " ".join(case.split()[3:])  # "prefill tp1 scalar random 1x8k prefix120k" -> "random 1x8k ..."
+            ratio = (auto / by[(case, tiled_column)]["time_us"], auto / by[(case, "per_token")]["time_us"])
+            groups.setdefault(group, []).append(ratio)
+            groups.setdefault(f"{group.split()[0]}, every shape", []).append(ratio)
+    for group, ratios in sorted(groups.items()):
+        over_tiles, over_per_token = zip(*ratios)
+        print(f"measured auto, {group} ({len(ratios)} cases): / tiles median {statistics.median(over_tiles):.3f} "
+              f"range {min(over_tiles):.3f}-{max(over_tiles):.3f}; / per-token range "
+              f"{min(over_per_token):.3f}-{max(over_per_token):.3f}")
 
 
 if __name__ == "__main__":
