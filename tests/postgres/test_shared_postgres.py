@@ -16,7 +16,6 @@ import re
 import select
 import socket
 import threading
-import time
 import uuid
 
 import pytest
@@ -155,10 +154,12 @@ def test_lost_database_is_retried_then_a_clear_exit(pg_url, tmp_path):
                          extra=["--db-retries", "4", "--db-retry-seconds", "8"])
         tuner = M.worker_id(worker)
         M.wait_for(lambda: _evaluated_by(pg_url, tuner) >= 1, 120, "a first trial", [worker])
-        # A short outage: 3 s, longer than a trial (so the worker needs the database during it) and
-        # shorter than its retries (1 + 2 + 4 s).
+        # A short outage: cut until the worker has met it (a trial on a busy CI machine can outlast any
+        # fixed sleep, and then the worker never needs the database while it is cut), then restore
+        # within its retries (1 + 2 + 4 s).
         proxy.cut()
-        time.sleep(3)
+        M.wait_for(lambda: "study database unreachable" in M.output(worker), 120,
+                   "the worker meeting the outage", [worker])
         proxy.restore()
         before = _evaluated_by(pg_url, tuner)
         M.wait_for(lambda: _evaluated_by(pg_url, tuner) > before, 60, "a trial after the short outage", [worker])
