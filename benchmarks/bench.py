@@ -27,12 +27,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from codegen import LaunchConfig, cases, get_config  # noqa: E402
 from codegen.configs import default_config  # noqa: E402
 from codegen.timing import copy_bandwidth, empty_launch_us, graph_time, input_sets, matmul_flops  # noqa: E402
-from codegen.tuning.buckets import DEFAULT_LAYOUTS, DEFAULT_MODES, HEAD_LAYOUTS  # noqa: E402 (no optuna)
+from codegen.tuning.buckets import DEFAULT_MODES, SERVING_LAYOUTS  # noqa: E402 (no optuna)
 from codegen.validate import detect_device_arch  # noqa: E402
 from codegen.workload import min_bytes, useful_flops  # noqa: E402
 
 # The tuner's default grid: head layouts (q heads, KV heads) and scale mode -> KV dtype.
-LAYOUTS = {name: HEAD_LAYOUTS[name] for name in DEFAULT_LAYOUTS}
+LAYOUTS = SERVING_LAYOUTS
 MODES = dict(DEFAULT_MODES)
 
 

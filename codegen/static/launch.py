@@ -9,6 +9,7 @@ import torch
 
 from ..api import load_module
 from ..configs import LaunchConfig
+from ..tuning.buckets import SERVING_LAYOUTS
 from ..variants import ARCHS, Variant, get_arch
 
 
@@ -27,7 +28,7 @@ _KV_TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SHIPPED_MODES = (("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16"), ("none", "fp8"))
 # The unfolded scalar baseline modules (fold_scales=False), gated like the folded ones.
 SHIPPED_UNFOLDED_MODES = (("scalar", "fp8"),)
-HEAD_LAYOUTS = {"TP1": (64, 4), "TP4": (16, 1), "TP8": (8, 1)}
+HEAD_LAYOUTS = SERVING_LAYOUTS  # (q heads, KV heads) by name
 # One decode batch small enough to get the most splits, one large enough to get a single split.
 DECODE_TOKEN_COUNTS = (1, 1024)
 

@@ -5,6 +5,9 @@ import dataclasses
 
 HEAD_LAYOUTS = {"tp1": (64, 4), "tp2": (32, 2), "tp4": (16, 1), "tp8": (8, 1)}
 DEFAULT_LAYOUTS = ("tp1", "tp4", "tp8")
+# The layouts MiniMax-M3 serves with (the tuner's default grid), by name: what the benchmark, the
+# static gates and the GPU tests cover.
+SERVING_LAYOUTS = {name: HEAD_LAYOUTS[name] for name in DEFAULT_LAYOUTS}
 # (scale mode, KV dtype) pairs a serving deployment runs: fp8 caches with either scale mode, bf16 without.
 DEFAULT_MODES = (("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16"))
 DECODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # requests x query length 1

@@ -10,12 +10,13 @@ import torch
 
 from codegen import LaunchConfig, cases
 from codegen.accuracy import compare
+from codegen.tuning.buckets import SERVING_LAYOUTS
 from codegen.validate import detect_device_arch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 MODES = [("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "fp8"), ("none", "bf16")]
-LAYOUTS = {"tp1": (64, 4), "tp4": (16, 1), "tp8": (8, 1)}
+LAYOUTS = SERVING_LAYOUTS
 
 
 @pytest.fixture(scope="module")
