@@ -12,7 +12,6 @@ import re
 import sys
 
 import triton
-from triton.compiler import ASTSource
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
@@ -26,11 +25,7 @@ CASES = {
 
 
 def ptx_of(kernel: str, config: LaunchConfig, scale_mode: str = "scalar", heads=(16, 1)) -> str:
-    launch = static.launches_for("sm90", kernel, scale_mode, "fp8", *heads, config)[0]
-    inputs = static.compile_inputs(launch)
-    source = ASTSource(fn=static._jit_function(launch.module().KERNEL), signature=inputs.signature,
-                       constexprs=inputs.constexprs, attrs=inputs.attrs)
-    return triton.compile(source, target=static.target_of("sm90"), options=dict(inputs.options)).asm["ptx"]
+    return static.compile_asm(static.launches_for("sm90", kernel, scale_mode, "fp8", *heads, config)[0])
 
 
 if __name__ == "__main__":

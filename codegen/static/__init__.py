@@ -59,6 +59,7 @@ from .compile import (  # noqa: F401
     _jit_function,
     cache_dir,
     cached_figures,
+    compile_asm,
     compile_figures,
     compile_inputs,
 )

@@ -324,6 +324,17 @@ def compile_figures(inputs: CompileInputs) -> dict:
     return figures
 
 
+def compile_asm(launch: StaticLaunch, stage: str = "ptx") -> str:
+    """One stage of `launch`'s compiled kernel (a key of Triton's `asm`: "ttgir", and "ptx" on sm90 or
+    "amdgcn" on gfx942), through Triton's own compile cache: for reading the generated code."""
+    from triton.compiler import ASTSource
+
+    inputs = compile_inputs(launch)
+    source = ASTSource(fn=_jit_function(launch.module().KERNEL), signature=inputs.signature,
+                       constexprs=inputs.constexprs, attrs=inputs.attrs)
+    return triton.compile(source, target=target_of(launch.arch), options=dict(inputs.options)).asm[stage]
+
+
 # ---------------------------------------------------------------------------------------------
 # The cache
 

@@ -4,6 +4,7 @@ Run in its own process (no TRITON_INTERPRET): python -m pytest -q -n 2 tests/sta
 A failing gate names the launch (variant, KV dtype, heads, config) and every figure.
 """
 import json
+import re
 import warnings
 
 import pytest
@@ -289,3 +290,22 @@ def test_specialization_matches_the_jit(monkeypatch, launch):
     assert {names[path[0]]: value for path, value in constexprs.items()} == ours.constexprs
     assert {k: v for k, v in attrs.items() if v} == {k: v for k, v in ours.attrs.items() if v}
     assert {k: getattr(jit_options, k) for k in ours.options} == ours.options
+
+
+@pytest.mark.parametrize("kernel,fields", [
+    ("decode", dict(num_splits=1, block_n=64)),
+    ("prefill", dict(block_t=1, block_n=64)),
+    pytest.param("prefill", dict(block_t=4, block_n=64, kv_upcast=2), marks=pytest.mark.xfail(
+        strict=True, reason="the tile loop's per-pick walk has no counted loop over loads to pipeline "
+                            "(docs/perf-notes.md, 'The tile loop is not pipelined')")),
+], ids=["decode_split", "prefill_per_token", "prefill_tiles"])
+def test_page_loops_prefetch(kernel, fields):
+    """num_stages is a real knob: at 3 stages the sm90 page loop prefetches K/V slices with cp.async,
+    at 1 it does not (benchmarks/ptx_pipelining.py prints the counts)."""
+    def copies(num_stages):
+        config = LaunchConfig(**fields, num_stages=num_stages)
+        ptx = static.compile_asm(static.launches_for("sm90", kernel, "scalar", "fp8", 64, 4, config)[0])
+        return len(re.findall(r"cp[.]async[.]", ptx))
+
+    assert copies(1) == 0
+    assert copies(3) > 0
