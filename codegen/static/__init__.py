@@ -57,6 +57,7 @@ from .launch import (  # noqa: F401
 from .compile import (  # noqa: F401
     CompileInputs,
     _jit_function,
+    async_copies,
     cache_dir,
     cached_figures,
     compile_asm,

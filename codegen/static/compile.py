@@ -300,11 +300,9 @@ def compile_figures(inputs: CompileInputs) -> dict:
     stdout are process-wide: compile from several processes (as report_many does), not threads.
     """
     from triton import knobs
-    from triton.compiler import ASTSource
 
     launch = inputs.launch
-    fn = _jit_function(launch.module().KERNEL)
-    source = ASTSource(fn=fn, signature=inputs.signature, constexprs=inputs.constexprs, attrs=inputs.attrs)
+    source = _ast_source(inputs)
     captured = io.StringIO()
     start = time.perf_counter()
     with knobs.compilation.scope(), knobs.nvidia.scope(), contextlib.redirect_stdout(captured), \
@@ -324,15 +322,24 @@ def compile_figures(inputs: CompileInputs) -> dict:
     return figures
 
 
+def _ast_source(inputs: CompileInputs):
+    """What triton.compile takes for `inputs`' kernel, as the JIT would build it."""
+    from triton.compiler import ASTSource
+
+    return ASTSource(fn=_jit_function(inputs.launch.module().KERNEL), signature=inputs.signature,
+                     constexprs=inputs.constexprs, attrs=inputs.attrs)
+
+
 def compile_asm(launch: StaticLaunch, stage: str = "ptx") -> str:
     """One stage of `launch`'s compiled kernel (a key of Triton's `asm`: "ttgir", and "ptx" on sm90 or
     "amdgcn" on gfx942), through Triton's own compile cache: for reading the generated code."""
-    from triton.compiler import ASTSource
-
     inputs = compile_inputs(launch)
-    source = ASTSource(fn=_jit_function(launch.module().KERNEL), signature=inputs.signature,
-                       constexprs=inputs.constexprs, attrs=inputs.attrs)
-    return triton.compile(source, target=target_of(launch.arch), options=dict(inputs.options)).asm[stage]
+    return triton.compile(_ast_source(inputs), target=target_of(launch.arch), options=dict(inputs.options)).asm[stage]
+
+
+def async_copies(ptx: str) -> int:
+    """The cp.async instructions in sm90 PTX: how a pipelined loop prefetches its next K/V slices."""
+    return len(re.findall(r"cp[.]async[.]", ptx))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ Run in its own process (no TRITON_INTERPRET): python -m pytest -q -n 2 tests/sta
 A failing gate names the launch (variant, KV dtype, heads, config) and every figure.
 """
 import json
-import re
 import warnings
 
 import pytest
@@ -304,8 +303,8 @@ def test_page_loops_prefetch(kernel, fields):
     at 1 it does not (benchmarks/ptx_pipelining.py prints the counts)."""
     def copies(num_stages):
         config = LaunchConfig(**fields, num_stages=num_stages)
-        ptx = static.compile_asm(static.launches_for("sm90", kernel, "scalar", "fp8", 64, 4, config)[0])
-        return len(re.findall(r"cp[.]async[.]", ptx))
+        return static.async_copies(static.compile_asm(static.launches_for("sm90", kernel, "scalar", "fp8", 64, 4,
+                                                                          config)[0]))
 
     assert copies(1) == 0
     assert copies(3) > 0
