@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import os
 from typing import Mapping
 
@@ -13,14 +12,8 @@ from . import selection as tile_selection
 from . import tuned_store, validate
 from .configs import LaunchConfig, check_kv_upcast, validate_config
 from .loader import get_config
-from .variants import Variant
+from .modules import load_module
 from .workspace import arrival_counters
-
-
-@functools.lru_cache(maxsize=None)
-def load_module(arch: str, kernel: str, scale_mode: str, fold_scales: bool = True):
-    """The generated module of one variant (imported once)."""
-    return importlib.import_module(Variant(arch, kernel, scale_mode, fold_scales).module)
 
 
 def _check_fold(fold_scales, scale_mode: str) -> None:
@@ -90,7 +83,7 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
     if per_token is None:
         return launch(cu_seqlens_q, *rest, config)
     tiled_cu, per_token_cu = tile_selection.split_seqlens(
-        cu_seqlens_q, tile_selection.choose_tiles(topk_idx, config.block_t, scale_mode))
+        cu_seqlens_q, tile_selection.choose_tiles(topk_idx, config.block_t, scale_mode, cu_seqlens_q, prefix_lens))
     launch(tiled_cu, *rest, config)
     return launch(per_token_cu, *rest, per_token)
 

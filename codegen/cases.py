@@ -1,8 +1,10 @@
 """Inputs built like real serving, for the accuracy gates, the tuner and the benchmark.
 
 Random physical page order, a token-major (strided) cache view, a transposed top-k view, the own
-block plus distinct earlier blocks, -1 tail padding, ragged requests with and without prefix,
-uniform and varlen decode with speculative rows and padded rows. Never zeros.
+block plus distinct earlier blocks, ragged requests with and without prefix, uniform and varlen
+decode with speculative rows and padded rows. Never zeros. A token reads only the first
+min(topk, p // 128 + 1) entries of its row (p its position); what follows them is filled as vLLM's
+tests do (the own block again) unless `tail` asks for -1, stale or out-of-range ids.
 """
 from __future__ import annotations
 
@@ -57,13 +59,46 @@ def _scales(gen, scale_mode, num_kv_heads, num_pages, device):
     return k, v
 
 
-def _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, future_prob):
+# What fills a row past the entries its token reads (`tail=`): vLLM's tests and benchmarks repeat
+# the own block; -1 (older indexers); stale ids of the request (earlier, own or future blocks);
+# ids past the request's blocks; the largest int32; or a mix of all of them.
+TAILS = ("own", "-1", "stale", "past", "max", "mixed")
+INT32_MAX = 2 ** 31 - 1
+
+
+def _junk_ids(gen, kind, shape, own, blocks, device):
+    """Ids of one `TAILS` kind, [Hkv, T, topk] (own and blocks are per row: [1, T, 1])."""
+    rand = lambda hi: (torch.rand(shape, generator=gen, device=device) * hi).long()  # noqa: E731
+    if kind == "own":
+        return own.expand(shape)
+    if kind == "-1":
+        return torch.full(shape, -1, device=device)
+    if kind == "stale":
+        return rand(blocks.clamp(min=1).float())
+    if kind == "past":
+        return blocks + rand(1000.0)
+    if kind == "max":
+        return torch.full(shape, INT32_MAX, device=device)
+    if kind == "mixed":
+        kinds = [_junk_ids(gen, k, shape, own, blocks, device) for k in TAILS[:-1]]
+        kinds.append(torch.full(shape, -3, device=device))
+        kinds.append(torch.full(shape, 10 ** 6, device=device))
+        which = rand(float(len(kinds)))
+        return torch.gather(torch.stack(kinds), 0, which[None]).squeeze(0)
+    raise ValueError(f"tail: expected one of {TAILS}, got {kind!r}")
+
+
+def _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, future_prob, tail="own",
+            inner_junk=0.0):
     """Top-k logical blocks per (KV head, query row): [Hkv, T, topk] int32.
 
-    The own block is always in; the others are distinct earlier blocks, random or (pattern
-    "correlated") the top of a per-(request, head) block score plus small per-token noise; with
+    A row's first n = min(topk, p // 128 + 1) entries (p the row's position, what a kernel reads)
+    hold the own block and distinct earlier blocks, random or (pattern "correlated") the top of a
+    per-(request, head) block score plus small per-token noise, in random order; with
     `future_prob`, a row may also select the block after its own (all keys invisible: it must
-    contribute nothing). Valid ids come first in random order, -1 pads the tail.
+    contribute nothing). The entries past n are filled by `tail` (TAILS). With `inner_junk`, each
+    of the first n entries is replaced with that probability by an id that must contribute nothing
+    (-1, past the request's blocks, the largest int32).
     """
     rows, width = q_pos.shape[0], max(int(blocks_of_req.max()) if len(blocks_of_req) else 1, 1)
     dev = q_pos.device
@@ -76,6 +111,8 @@ def _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, 
         score = torch.rand(num_kv_heads, rows, width, generator=gen, device=dev)
     else:
         raise ValueError(f"pattern: expected 'random' or 'correlated', got {pattern!r}")
+    if tail not in TAILS:
+        raise ValueError(f"tail: expected one of {TAILS}, got {tail!r}")
     allowed = (blk < own).expand(num_kv_heads, rows, width).clone()
     if future_prob:
         exists = blk < blocks_of_req[req_of_row][None, :, None]
@@ -88,9 +125,19 @@ def _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, 
     ids = torch.where(values > float("-inf"), ids, -1)
     if k < topk:
         ids = torch.cat([ids, torch.full((num_kv_heads, rows, topk - k), -1, device=dev)], dim=-1)
-    # Shuffle the valid entries, keep the -1 padding at the tail.
+    # Shuffle the picks (never fewer than n of them: the own block and every earlier one are allowed).
     key = torch.rand(num_kv_heads, rows, topk, generator=gen, device=dev) + (ids < 0) * 2.0
-    return torch.gather(ids, -1, key.argsort(dim=-1)).to(torch.int32)
+    ids = torch.gather(ids, -1, key.argsort(dim=-1))
+    shape = ids.shape
+    blocks = blocks_of_req[req_of_row][None, :, None]
+    read = torch.arange(topk, device=dev)[None, None, :] < torch.clamp(own + 1, max=topk)
+    ids = torch.where(read, ids, _junk_ids(gen, tail, shape, own, blocks, dev))
+    if inner_junk:
+        junk = _junk_ids(gen, "mixed", shape, own, blocks, dev)
+        junk = torch.where((junk >= 0) & (junk < blocks), -1, junk)  # never a block that counts
+        hit = torch.rand(shape, generator=gen, device=dev) < inner_junk
+        ids = torch.where(read & hit, junk, ids)
+    return ids.to(torch.int32)
 
 
 def _block_tables(gen, seq_lens, selected, req_of_row, compact):
@@ -107,7 +154,7 @@ def _block_tables(gen, seq_lens, selected, req_of_row, compact):
     if compact:
         sel = selected.permute(1, 0, 2).reshape(selected.shape[1], -1).long()  # [T, Hkv*topk]
         req = req_of_row[:, None].expand_as(sel)
-        ok = sel >= 0
+        ok = (sel >= 0) & (sel < torch.tensor(blocks, device=dev)[req])  # a request's own blocks only
         used[req[ok], sel[ok]] = True
     else:
         used = torch.arange(width, device=dev)[None, :] < torch.tensor(blocks, device=dev)[:, None]
@@ -125,7 +172,7 @@ def _topk_view(selected):
 def prefill_case(*, arch: str, q_lens, prefix_lens, num_q_heads: int, num_kv_heads: int, head_dim: int = 128,
                  topk: int = 16, kv_dtype: str = "fp8", scale_mode: str = "scalar", q_dtype=torch.float32,
                  device="cpu", seed: int = 0, pattern: str = "random", strided: bool = True,
-                 compact: bool = False, future_prob: float = 0.3) -> Case:
+                 compact: bool = False, future_prob: float = 0.3, tail: str = "own", inner_junk: float = 0.0) -> Case:
     device = torch.device(device)
     gen = torch.Generator(device=device).manual_seed(seed)
     seq_lens = [p + n for p, n in zip(prefix_lens, q_lens)]
@@ -134,7 +181,8 @@ def prefill_case(*, arch: str, q_lens, prefix_lens, num_q_heads: int, num_kv_hea
     first = longs([0] + list(q_lens)).cumsum(0)[:-1]
     q_pos = longs(list(prefix_lens))[req_of_row] + torch.arange(len(req_of_row), device=device) - first[req_of_row]
     blocks_of_req = longs([math.ceil(s / PAGE_SIZE) for s in seq_lens])
-    selected = _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, future_prob)
+    selected = _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, future_prob, tail,
+                       inner_junk)
     table, num_pages = _block_tables(gen, seq_lens, selected, req_of_row, compact)
     total_q = sum(q_lens)
     cu = torch.tensor([0] + list(q_lens), dtype=torch.int32, device=device).cumsum(0, dtype=torch.int32)
@@ -160,9 +208,10 @@ def prefill_case(*, arch: str, q_lens, prefix_lens, num_q_heads: int, num_kv_hea
 def decode_case(*, arch: str, seq_lens, num_q_heads: int, num_kv_heads: int, head_dim: int = 128, topk: int = 16,
                 kv_dtype: str = "fp8", scale_mode: str = "scalar", q_dtype=torch.float32, device="cpu", seed: int = 0,
                 decode_query_len: int = 1, varlen_q_lens=None, padded_rows: int = 0, strided: bool = True,
-                compact: bool = False) -> Case:
+                compact: bool = False, tail: str = "own", inner_junk: float = 0.0) -> Case:
     """Uniform decode (decode_query_len per request) or varlen (varlen_q_lens, 0 allowed), plus
-    `padded_rows` rows past the last real token (as in a padded CUDA-graph batch)."""
+    `padded_rows` rows past the last real token (as in a padded CUDA-graph batch). `tail` and
+    `inner_junk`: what fills a row past the entries its token reads, and junk among them (_select)."""
     device = torch.device(device)
     gen = torch.Generator(device=device).manual_seed(seed)
     q_lens = list(varlen_q_lens) if varlen_q_lens is not None else [decode_query_len] * len(seq_lens)
@@ -172,7 +221,7 @@ def decode_case(*, arch: str, seq_lens, num_q_heads: int, num_kv_heads: int, hea
     first = longs([0] + q_lens).cumsum(0)[:-1]
     q_pos = longs(list(seq_lens))[req_of_row] - longs(q_lens)[req_of_row] + torch.arange(real, device=device) - first[req_of_row]
     blocks_of_req = longs([math.ceil(s / PAGE_SIZE) for s in seq_lens])
-    selected = _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, "random", 0.0)
+    selected = _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, "random", 0.0, tail, inner_junk)
     table, num_pages = _block_tables(gen, seq_lens, selected, req_of_row, compact)
     # Padded rows hold garbage ids: a kernel that reads them fails (wrong answer or fault).
     garbage = torch.randint(-(2 ** 20), 2 ** 20, (num_kv_heads, padded_rows, topk), generator=gen, dtype=torch.int32,

@@ -31,17 +31,31 @@ def _dequantized_kv(kv_cache: torch.Tensor, k_scale, v_scale, dtype: torch.dtype
     return k, v
 
 
-def _attend_token(out, q, k, v, topk_idx, block_table, t: int, req: int, kv_end: int, sm_scale: float):
-    """Writes out[t] = softmax(q[t] . K * sm_scale) @ V over the visible keys of token t's selection."""
+def entries_read(topk: int, kv_len: int) -> int:
+    """How many entries of its top-k row a token reads (vLLM's contract; no sentinel): a token at
+    position p has kv_len = p + 1 keys before and including it, and reads its first
+    n = min(topk, cdiv(kv_len, 128)) entries, which is min(topk, p // 128 + 1). Whatever follows
+    them is never read."""
+    return min(topk, -(-max(kv_len, 0) // PAGE_SIZE))
+
+
+def _attend_token(out, q, k, v, topk_idx, block_table, t: int, req: int, kv_len: int, seq_len: int,
+                  sm_scale: float):
+    """Writes out[t] = softmax(q[t] . K * sm_scale) @ V over the keys token t may see: those of its
+    first `entries_read` top-k entries at positions < kv_len. An entry that is not one of the
+    request's logical blocks [0, cdiv(seq_len, 128)) (a -1 pad, a stale id) contributes nothing;
+    an entry listed twice counts twice (as a per-entry walk does)."""
     num_kv_heads = k.shape[1]
     gqa = q.shape[1] // num_kv_heads
+    request_blocks = -(-seq_len // PAGE_SIZE)
+    n = entries_read(topk_idx.shape[2], kv_len)
     positions = torch.arange(PAGE_SIZE)
     for g in range(num_kv_heads):
         keys, values = [], []
-        for blk in topk_idx[g, t].tolist():
-            if blk < 0:  # -1 pads the tail of the selection
-                break
-            visible = blk * PAGE_SIZE + positions < kv_end  # causal and inside the sequence
+        for blk in topk_idx[g, t, :n].tolist():
+            if not 0 <= blk < request_blocks:
+                continue
+            visible = blk * PAGE_SIZE + positions < kv_len  # causal (kv_len <= seq_len)
             if not visible.any():
                 continue
             page = int(block_table[req, blk])
@@ -73,8 +87,9 @@ def reference_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens
     cu, lens, prefix = cpu(cu_seqlens_q).tolist(), cpu(seq_lens).tolist(), cpu(prefix_lens).tolist()
     for req in range(len(lens)):
         for i in range(cu[req + 1] - cu[req]):
-            kv_end = min(prefix[req] + i + 1, lens[req])
-            _attend_token(out, q, k, v, topk_idx, block_table, cu[req] + i, req, kv_end, sm_scale)
+            p = prefix[req] + i  # the token's position
+            _attend_token(out, q, k, v, topk_idx, block_table, cu[req] + i, req, min(p + 1, lens[req]), lens[req],
+                          sm_scale)
     return _result(out, output)
 
 
@@ -94,8 +109,8 @@ def reference_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads,
         reqs = cpu(token_to_req_indices).tolist()
         rows = [(t, reqs[t], starts[reqs[t] + 1] - starts[reqs[t]], t - starts[reqs[t]]) for t in range(starts[-1])]
     for t, req, q_len, j in rows:
-        q_pos = lens[req] - q_len + j
-        _attend_token(out, q, k, v, topk_idx, block_table, t, req, min(q_pos + 1, lens[req]), sm_scale)
+        p = lens[req] - q_len + j  # the token's position
+        _attend_token(out, q, k, v, topk_idx, block_table, t, req, min(p + 1, lens[req]), lens[req], sm_scale)
     return _result(out, output)
 
 
@@ -109,15 +124,22 @@ def reference_batched(case_kernel: str, args: dict, *, dtype=torch.float32, chun
     req, kv_end = token_rows(case_kernel, args)
     total_q, num_q_heads, head_dim = q.shape
     num_kv_heads = kv_cache.shape[1]
+    topk = topk_idx.shape[2]
     gqa = num_q_heads // num_kv_heads
     out = torch.zeros(q.shape, dtype=dtype, device=device)
     slots = torch.arange(PAGE_SIZE, device=device)
     heads = torch.arange(num_kv_heads, device=device)
+    entries = torch.arange(topk, device=device)
+    # The same rule as entries_read / _attend_token, per token: the first n = min(topk,
+    # cdiv(kv_len, 128)) entries, each counted only if it is one of the request's blocks.
+    n_read = torch.clamp((kv_end.clamp_min(0) + PAGE_SIZE - 1) // PAGE_SIZE, max=topk)
+    request_blocks = (args["seq_lens"].long()[req] + PAGE_SIZE - 1) // PAGE_SIZE
     for lo in range(0, len(req), chunk_tokens):
         t = torch.arange(lo, min(lo + chunk_tokens, len(req)), device=device)
         blk = topk_idx[:, t].permute(1, 0, 2).long()  # [T, Hkv, topk]
-        valid = blk >= 0
-        page = block_table[req[t][:, None, None], blk.clamp_min(0)].long()  # [T, Hkv, topk]
+        valid = (entries < n_read[t][:, None])[:, None, :] & (blk >= 0) & (blk < request_blocks[t][:, None, None])
+        blk = torch.where(valid, blk, 0)  # never an index outside the request's blocks
+        page = block_table[req[t][:, None, None], blk].long()  # [T, Hkv, topk]
         pos = blk[..., None] * PAGE_SIZE + slots  # [T, Hkv, topk, 128]
         seen = valid[..., None] & (pos < kv_end[t][:, None, None, None])
         kk = k[page, heads[None, :, None]]  # [T, Hkv, topk, 128, D]

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from .variants import PAGE_SIZE
+
 SELECTIONS = ("tiled", "per_token", "auto")
 SAMPLED_TILES = 256  # tiles per KV head the estimate looks at, spread evenly over the tokens
 
@@ -42,26 +44,42 @@ def tiles_pay_off_below(block_t: int, scale_mode: str) -> float:
     return 1 + TILE_WASTE_SHARE[scale_mode] * (block_t - 1) / 2
 
 
-def tile_inflation(topk_idx: torch.Tensor, block_t: int, sampled_tiles: int = SAMPLED_TILES) -> torch.Tensor:
+def _token_positions(cu_seqlens_q: torch.Tensor, prefix_lens: torch.Tensor, tokens: torch.Tensor):
+    """(request, position) of flat query tokens, on the device (no host sync)."""
+    cu = cu_seqlens_q.long()
+    req = torch.searchsorted(cu[1:], tokens, right=True).clamp(max=cu.numel() - 2)
+    return req, prefix_lens.long()[req] + tokens - cu[req]
+
+
+def tile_inflation(topk_idx: torch.Tensor, block_t: int, cu_seqlens_q: torch.Tensor, prefix_lens: torch.Tensor,
+                   sampled_tiles: int = SAMPLED_TILES) -> torch.Tensor:
     """Distinct pages per tile of block_t consecutive tokens over the pages one token picks, as a
     0-d float32 tensor on topk_idx's device: 1.0 when a tile's tokens share every page, block_t
-    when they share none. Tiles are taken over the flat token order (a tile may straddle two
-    requests, whose ids then count as distinct: the estimate errs towards the per-token path)."""
+    when they share none. A pick is what the kernels load: one of a token's first
+    min(topk, p // 128 + 1) entries (p its position) naming a block in [0, p // 128]; the
+    entries past those are never read. Tiles are taken over the flat token order; a tile that
+    straddles two requests counts their ids as distinct pages."""
     if block_t < 2:
         raise ValueError(f"block_t: a tile has at least 2 tokens, got {block_t}")
     num_kv_heads, total_q, topk = topk_idx.shape
     num_tiles = total_q // block_t
     device = topk_idx.device
-    if num_tiles == 0:
+    if num_tiles == 0 or cu_seqlens_q.numel() < 2:
         return torch.ones((), dtype=torch.float32, device=device)
     samples = min(sampled_tiles, num_tiles)
     starts = torch.arange(samples, device=device) * num_tiles // samples * block_t
     tokens = (starts[:, None] + torch.arange(block_t, device=device)[None, :]).reshape(-1)
-    ids = topk_idx[:, tokens, :].reshape(num_kv_heads * samples, block_t * topk)
-    ids = ids.sort(dim=-1).values
-    valid = ids >= 0  # -1 pads the tail of a row's selection
+    req, pos = _token_positions(cu_seqlens_q, prefix_lens, tokens)
+    n_read = torch.clamp(pos // PAGE_SIZE + 1, max=topk)  # [tokens]
+    ids = topk_idx[:, tokens, :].long()  # [Hkv, tokens, topk]
+    read = torch.arange(topk, device=device)[None, None, :] < n_read[None, :, None]
+    picked = read & (ids >= 0) & (ids <= (pos // PAGE_SIZE)[None, :, None])
+    # A page is (request, block): the same id in two requests is two pages. -1 marks a non-pick.
+    keys = torch.where(picked, req[None, :, None] * (1 << 32) + ids, -1)
+    keys = keys.reshape(num_kv_heads * samples, block_t * topk).sort(dim=-1).values
+    valid = keys >= 0
     first = torch.ones_like(valid)
-    first[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    first[:, 1:] = keys[:, 1:] != keys[:, :-1]
     # (distinct pages per tile) / (picks per token), both over the same sampled tiles.
     distinct = (valid & first).sum().to(torch.float32)
     picks = valid.sum().to(torch.float32)
@@ -75,6 +93,7 @@ def split_seqlens(cu_seqlens_q: torch.Tensor, use_tiles: torch.Tensor) -> tuple[
     return cu_seqlens_q * keep, cu_seqlens_q * (1 - keep)
 
 
-def choose_tiles(topk_idx: torch.Tensor, block_t: int, scale_mode: str) -> torch.Tensor:
+def choose_tiles(topk_idx: torch.Tensor, block_t: int, scale_mode: str, cu_seqlens_q: torch.Tensor,
+                 prefix_lens: torch.Tensor) -> torch.Tensor:
     """0-d bool tensor on the device: True when block_t tiles should run."""
-    return tile_inflation(topk_idx, block_t) <= tiles_pay_off_below(block_t, scale_mode)
+    return tile_inflation(topk_idx, block_t, cu_seqlens_q, prefix_lens) <= tiles_pay_off_below(block_t, scale_mode)

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: eac4e2577b052d17fe90cc658a8add66d1b7f8a073142a70f192e4820e924f96
+# inputs-sha256: 3c7ca566321a402493713fad6141b07a7eec81a13d587c23541eea506074eca8
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -84,18 +84,21 @@ def _msa_decode_split_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     kv_head_ptr = kv_ptr + g * stride_kv_h
     topk_row_ptr = topk_ptr + g * stride_tk_h + t * stride_tk_t
-    offs_k = tl.arange(0, TOPK_P2)
-    sel = tl.load(topk_row_ptr + offs_k * stride_tk_k, mask=offs_k < tl.where(row_live, topk, 0), other=-1)
-    n_sel = tl.sum((sel >= 0).to(tl.int32), axis=0)
-    blk_lo = tl.minimum(split * blocks_per_split, n_sel)
-    blk_hi = tl.minimum(blk_lo + blocks_per_split, n_sel)
+    n_causal = tl.cdiv(tl.maximum(kv_end, 0), PAGE)
+    n_read = tl.minimum(topk, n_causal)
+    blk_lo = tl.minimum(split * blocks_per_split, n_read)
+    blk_hi = tl.minimum(blk_lo + blocks_per_split, n_read)
     for it in range(blk_lo * SUBTILES, blk_hi * SUBTILES):
         blk = tl.load(topk_row_ptr + (it // SUBTILES) * stride_tk_k)
         slot = (it % SUBTILES) * BLOCK_N + offs_n  # offset inside the page
-        # Visible slots of this page: those before kv_end; none for a -1 pad. (One vector compare:
-        # a scalar & vector mask trips the triton 3.9 interpreter.)
-        n_visible = tl.where(blk >= 0, kv_end - blk * PAGE, 0)
-        page = tl.load(block_table_row_ptr + blk * stride_bt_b, mask=n_visible > 0, other=0).to(tl.int64)
+        # Block numbers are compared, never positions: blk * PAGE wraps int32 for ids near 2**31.
+        # An id outside the causal blocks reads block-table entry 0 under a false mask: nothing.
+        live = (blk >= 0) & (blk < n_causal)
+        blk = tl.where(live, blk, 0)
+        # Visible slots of this page, one vector compare (a scalar & vector mask trips the triton
+        # 3.9 interpreter).
+        n_visible = tl.where(live, kv_end - blk * PAGE, 0)
+        page = tl.load(block_table_row_ptr + blk * stride_bt_b, mask=live, other=0).to(tl.int64)
         visible = slot < n_visible
         slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
         # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
@@ -224,4 +227,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'eac4e2577b052d17fe90cc658a8add66d1b7f8a073142a70f192e4820e924f96'
+INPUTS_SHA256 = '3c7ca566321a402493713fad6141b07a7eec81a13d587c23541eea506074eca8'

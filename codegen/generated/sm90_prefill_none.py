@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: 367e4b9880e0736548e1ec6eaf9187f73621c0d6173e032056e15d5ea04d9807
+# inputs-sha256: 98f259f78c94fda2e93cee81cb56622ff1a77db698d87d78ff91fb0935bff441
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -9,6 +9,7 @@ are (token, GQA head) pairs. With BLOCK_T == 1 the program walks the token's top
 keys at a time. With BLOCK_T > 1 it walks the union of the tile's selections: each distinct page
 is loaded once and scored against every row, rows whose token did not pick it (or may not see a
 key) masked out, so neighbouring tokens that share blocks share the loads and fill the MMA rows.
+Either way a token reads only the first min(topk, causal blocks) entries of its own top-k row.
 """
 import torch
 import triton
@@ -76,16 +77,19 @@ def _msa_prefill_kernel(
         t = (q_start + i0).to(tl.int64)
         kv_end = tl.minimum(prefix + i0 + 1, seq_len)  # causal and in-sequence
         topk_row_ptr = topk_ptr + g * stride_tk_h + t * stride_tk_t
-        offs_k = tl.arange(0, TOPK_P2)
-        sel = tl.load(topk_row_ptr + offs_k * stride_tk_k, mask=offs_k < topk, other=-1)
-        n_sel = tl.sum((sel >= 0).to(tl.int32), axis=0)
-        for it in range(0, n_sel * SUBTILES):
+        n_causal = tl.cdiv(tl.maximum(kv_end, 0), PAGE)
+        n_read = tl.minimum(topk, n_causal)
+        for it in range(0, n_read * SUBTILES):
             blk = tl.load(topk_row_ptr + (it // SUBTILES) * stride_tk_k)
             slot = (it % SUBTILES) * BLOCK_N + offs_n  # offset inside the page
-            # Visible slots of this page: those before kv_end; none for a -1 pad. (One vector compare:
-            # a scalar & vector mask trips the triton 3.9 interpreter.)
-            n_visible = tl.where(blk >= 0, kv_end - blk * PAGE, 0)
-            page = tl.load(block_table_row_ptr + blk * stride_bt_b, mask=n_visible > 0, other=0).to(tl.int64)
+            # Block numbers are compared, never positions: blk * PAGE wraps int32 for ids near 2**31.
+            # An id outside the causal blocks reads block-table entry 0 under a false mask: nothing.
+            live = (blk >= 0) & (blk < n_causal)
+            blk = tl.where(live, blk, 0)
+            # Visible slots of this page, one vector compare (a scalar & vector mask trips the triton
+            # 3.9 interpreter).
+            n_visible = tl.where(live, kv_end - blk * PAGE, 0)
+            page = tl.load(block_table_row_ptr + blk * stride_bt_b, mask=live, other=0).to(tl.int64)
             visible = slot < n_visible
             slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
             # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
@@ -111,50 +115,61 @@ def _msa_prefill_kernel(
             m_i = m_new
     else:
         kv_end_row = tl.minimum(prefix + i0 + row_t + 1, seq_len)  # [BLOCK_M]
+        n_read_row = tl.minimum(topk, tl.cdiv(kv_end_row, PAGE))  # entries each row reads (read_count)
         n_tok = tl.minimum(q_len - i0, BLOCK_T)
+        # Blocks any token of the tile may see: [0, tile_blocks) (its last token sees the most).
+        tile_blocks = tl.cdiv(tl.minimum(prefix + i0 + n_tok, seq_len), PAGE)
         tile_topk_ptr = topk_ptr + g * stride_tk_h + (q_start + i0).to(tl.int64) * stride_tk_t
         offs_k = tl.arange(0, TOPK_P2)
-        # Every row's selection, [BLOCK_M, TOPK_P2]: which tokens of the tile picked a block.
+        # Every row's first n_read entries, [BLOCK_M, TOPK_P2] (-1 elsewhere, never loaded).
         sel_rows = tl.load(
             tile_topk_ptr + row_t[:, None] * stride_tk_t + offs_k[None, :] * stride_tk_k,
-            mask=row_ok[:, None] & (offs_k[None, :] < topk),
+            mask=row_ok[:, None] & (offs_k[None, :] < n_read_row[:, None]),
             other=-1,
         )
-        for e in range(0, n_tok * topk):
-            te = e // topk
-            blk = tl.load(tile_topk_ptr + te * stride_tk_t + (e % topk) * stride_tk_k)
-            hit = sel_rows == blk
-            # Loaded already when an earlier token of the tile picked the same block.
-            earlier = tl.sum(tl.sum((hit & (row_t < te)[:, None]).to(tl.int32), axis=1), axis=0)
-            n_vis_row = tl.where(tl.sum(hit.to(tl.int32), axis=1) > 0, kv_end_row - blk * PAGE, 0)
-            n_visible = tl.max(n_vis_row, axis=0)
-            if (blk >= 0) & (earlier == 0) & (n_visible > 0):
-                page = tl.load(block_table_row_ptr + blk * stride_bt_b).to(tl.int64)
-                for sub in tl.static_range(SUBTILES):
-                    slot = sub * BLOCK_N + offs_n
-                    cols = slot < n_visible
-                    slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
-                    # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
-                    k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=cols[None, :], other=0.0)
-                    if KV_UPCAST == 1:
-                        k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
-                    s = tl.dot(q, k.to(q.dtype))
-                    s = s * qk_scale
-                    s = tl.where(slot[None, :] < n_vis_row[:, None], s, float("-inf"))
-                    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-                    # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
-                    m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-                    alpha = tl.exp2(m_i - m_shift)
-                    p = tl.exp2(s - m_shift[:, None])
-                    l_i = l_i * alpha + tl.sum(p, axis=1)
-                    v = tl.load(
-                        slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0
-                    )
-                    if KV_UPCAST == 1:
-                        v = v.to(tl.float32)
-                    pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
-                    acc = acc * alpha[:, None] + pv
-                    m_i = m_new
+        # The tile's entries in (token, entry) order, each token's first n_read only.
+        for te in range(0, n_tok):
+            n_te = tl.minimum(topk, tl.cdiv(tl.minimum(prefix + i0 + te + 1, seq_len), PAGE))
+            for ke in range(0, n_te):
+                blk = tl.load(tile_topk_ptr + te * stride_tk_t + ke * stride_tk_k)
+                live = (blk >= 0) & (blk < tile_blocks)  # block numbers, never positions (no int32 wrap)
+                blk = tl.where(live, blk, 0)
+                hit = (sel_rows == blk) & live
+                # Loaded already when an earlier entry of the tile (any token's) listed it.
+                before = (row_t[:, None] < te) | ((row_t[:, None] == te) & (offs_k[None, :] < ke))
+                earlier = tl.sum(tl.sum((hit & before).to(tl.int32), axis=1), axis=0)
+                picks = tl.sum(hit.to(tl.int32), axis=1)  # [BLOCK_M] times each row lists blk
+                n_vis_row = tl.where(picks > 0, kv_end_row - blk * PAGE, 0)
+                n_visible = tl.max(n_vis_row, axis=0)
+                if (earlier == 0) & (n_visible > 0):
+                    page = tl.load(block_table_row_ptr + blk * stride_bt_b).to(tl.int64)
+                    # A row's scores gain log2(picks): -inf for rows that did not list blk.
+                    row_log2w = tl.where(picks > 0, tl.log2(tl.maximum(picks, 1).to(tl.float32)), float("-inf"))
+                    for sub in tl.static_range(SUBTILES):
+                        slot = sub * BLOCK_N + offs_n
+                        cols = slot < n_visible
+                        slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
+                        # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
+                        k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=cols[None, :], other=0.0)
+                        if KV_UPCAST == 1:
+                            k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
+                        s = tl.dot(q, k.to(q.dtype))
+                        s = s * qk_scale + row_log2w[:, None]
+                        s = tl.where(slot[None, :] < n_vis_row[:, None], s, float("-inf"))
+                        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+                        # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
+                        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+                        alpha = tl.exp2(m_i - m_shift)
+                        p = tl.exp2(s - m_shift[:, None])
+                        l_i = l_i * alpha + tl.sum(p, axis=1)
+                        v = tl.load(
+                            slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0
+                        )
+                        if KV_UPCAST == 1:
+                            v = v.to(tl.float32)
+                        pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
+                        acc = acc * alpha[:, None] + pv
+                        m_i = m_new
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     o = acc / l_safe[:, None]
@@ -201,4 +216,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '367e4b9880e0736548e1ec6eaf9187f73621c0d6173e032056e15d5ea04d9807'
+INPUTS_SHA256 = '98f259f78c94fda2e93cee81cb56622ff1a77db698d87d78ff91fb0935bff441'

@@ -14,11 +14,16 @@ def _case(pattern, seed=0, **kw):
     return cases.prefill_case(arch="sm90", pattern=pattern, seed=seed, future_prob=0.0, **shape)
 
 
+def _inflation(case, block_t):
+    a = case.args
+    return tile_inflation(a["topk_idx"], block_t, a["cu_seqlens_q"], a["prefix_lens"]).item()
+
+
 def test_inflation_separates_shared_from_unrelated_selections():
     # The benchmark's shapes, scaled down: 16 picks of 128-token blocks after a long prefix.
     shape = dict(q_lens=[512], prefix_lens=[64 * 1024], head_dim=16, topk=16)
-    correlated = tile_inflation(_case("correlated", **shape).args["topk_idx"], 4).item()
-    unrelated = tile_inflation(_case("random", **shape).args["topk_idx"], 4).item()
+    correlated = _inflation(_case("correlated", **shape), 4)
+    unrelated = _inflation(_case("random", **shape), 4)
     assert 1.0 <= correlated < 1.5 < 3.0 < unrelated <= 4.0
     for mode in ("scalar", "none", "per_token_head"):
         assert correlated <= tiles_pay_off_below(4, mode) < unrelated
@@ -28,9 +33,21 @@ def test_inflation_counts_distinct_pages_exactly():
     # One KV head, two tiles of 2 tokens: {1, 2} + {1, 2} -> 2 pages, {3, -1} + {4, 5} -> 3 pages, 2.5
     # per tile; 7 valid picks over 4 tokens, 1.75 per token: 2.5 / 1.75.
     ids = torch.tensor([[[1, 2], [2, 1], [3, -1], [4, 5]]], dtype=torch.int32)
-    assert tile_inflation(ids, 2).item() == pytest.approx(2.5 / 1.75)
+    cu, prefix = torch.tensor([0, 4]), torch.tensor([1000])  # positions 1000..1003: both entries read
+    assert tile_inflation(ids, 2, cu, prefix).item() == pytest.approx(2.5 / 1.75)
     with pytest.raises(ValueError, match="block_t"):
-        tile_inflation(ids, 1)
+        tile_inflation(ids, 1, cu, prefix)
+
+
+def test_inflation_counts_only_the_entries_a_token_reads():
+    # Positions 126..129: the first two tokens read one entry ({0}), the last two two ({1, 0}, {1, 0});
+    # the tails (9, 2**31 - 1) and an id past the own block (5) are no picks. Two tiles of 2 tokens:
+    # {0} and {0, 1} -> 1.5 pages per tile over 6 / 4 picks per token.
+    ids = torch.tensor([[[0, 9], [0, 2 ** 31 - 1], [1, 0], [0, 1]]], dtype=torch.int32)
+    cu, prefix = torch.tensor([0, 4]), torch.tensor([126])
+    assert tile_inflation(ids, 2, cu, prefix).item() == pytest.approx(1.5 / 1.5)
+    ids[0, 3, 1] = 5  # in the request, but after the token's own block: invisible, not loaded
+    assert tile_inflation(ids, 2, cu, prefix).item() == pytest.approx(1.5 / 1.25)
 
 
 def test_thresholds_per_scale_mode():
@@ -64,7 +81,8 @@ def test_a_launch_on_zeroed_offsets_writes_nothing():
 @pytest.mark.parametrize("pattern,tiles", [("correlated", True), ("random", False)])
 def test_auto_runs_the_chosen_path_and_matches_the_reference(pattern, tiles):
     case = _case(pattern, seed=3)
-    assert bool(choose_tiles(case.args["topk_idx"], 4, "scalar")) is tiles
+    a = case.args
+    assert bool(choose_tiles(a["topk_idx"], 4, "scalar", a["cu_seqlens_q"], a["prefix_lens"])) is tiles
     config = LaunchConfig(block_n=32, block_t=4)
     case.poison()
     out = cases.run_kernel(case, arch="sm90", config=config, selection="auto")
