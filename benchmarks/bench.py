@@ -2,7 +2,8 @@
 
 Each case: per-call time from one CUDA graph of `calls` calls cycling over rotating input sets
 (enough sets that the data of consecutive calls never shares the L2), median of replays; achieved
-bytes/s against a device copy and useful FLOP/s against a bf16 matmul, both measured in this run.
+bytes/s against a device copy and useful FLOP/s against a bf16 matmul, both measured in this run;
+relative L2 error of one call against the float32 reference (codegen.reference.reference_batched).
 
   python benchmarks/bench.py --quick                  # a few headline cases
   python benchmarks/bench.py --out results/h200       # the full serving grid (JSON, table, PNGs)
@@ -25,9 +26,11 @@ import triton
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from codegen import LaunchConfig, cases, get_config  # noqa: E402
+from codegen.accuracy import compare  # noqa: E402
 from codegen.configs import default_config  # noqa: E402
+from codegen.reference import reference_batched  # noqa: E402
 from codegen.timing import copy_bandwidth, empty_launch_us, graph_time, input_sets, matmul_flops  # noqa: E402
-from codegen.tuning.buckets import DEFAULT_MODES, SERVING_LAYOUTS  # noqa: E402 (no optuna)
+from codegen.shapes import DEFAULT_MODES, SERVING_LAYOUTS  # noqa: E402
 from codegen.validate import detect_device_arch  # noqa: E402
 from codegen.workload import min_bytes, useful_flops  # noqa: E402
 
@@ -54,11 +57,11 @@ class Spec:
                 f"prefix{self.context // 1024}k")
 
 
-def build(spec: Spec, arch: str, seed: int) -> cases.Case:
+def build(spec: Spec, arch: str, seed: int, tail: str = "own") -> cases.Case:
     hq, hkv = LAYOUTS[spec.layout]
     return cases.serving_case(spec.kernel, arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype=MODES[spec.mode],
                               scale_mode=spec.mode, batch=spec.batch, tokens=spec.tokens, context=spec.context,
-                              pattern=spec.pattern, q_dtype=torch.bfloat16, device="cuda", seed=seed)
+                              pattern=spec.pattern, q_dtype=torch.bfloat16, device="cuda", seed=seed, tail=tail)
 
 
 def grid(quick: bool) -> list[Spec]:
@@ -126,11 +129,18 @@ def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[Laun
     return override, dict(config=override)
 
 
-def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int) -> list[dict]:
-    first = build(spec, arch, seed=0)
+def accuracy(case: cases.Case, kw: dict) -> float:
+    """Relative L2 error of one call on `case` (output poisoned first) against the float32 reference."""
+    case.poison()
+    out = cases.run_kernel(case, **kw)
+    return compare(out, reference_batched(case.kernel, case.args), torch.bfloat16).rel_l2
+
+
+def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int, tail: str = "own") -> list[dict]:
+    first = build(spec, arch, seed=0, tail=tail)
     nbytes, flops = min_bytes(first), useful_flops(first)
     n_sets = input_sets(nbytes, maximum=calls)
-    sets = [first] + [build(spec, arch, seed=s) for s in range(1, n_sets)]
+    sets = [first] + [build(spec, arch, seed=s, tail=tail) for s in range(1, n_sets)]
     rows = []
     for config_arg in config_args:
         config, kw = resolve(config_arg, spec, arch, first)
@@ -140,12 +150,13 @@ def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int) -> list[
             # Prefill calls run for milliseconds: fewer replays give as stable a median.
             timing = graph_time([lambda c=sets[i % n_sets]: cases.run_kernel(c, **kw)
                                  for i in range(calls)], replays=30 if spec.kernel == "decode" else 8)
+            rel_l2 = accuracy(first, kw)
         except Exception as exc:  # a config that cannot run is reported, not fatal
             rows.append(dict(case=spec.label, config=config_arg, error=f"{type(exc).__name__}: {exc}"[:200]))
             continue
         rows.append(dict(case=spec.label, spec=dataclasses.asdict(spec), config=config_arg, launch=config.to_dict(),
                          time_us=timing.median_us, p10_us=timing.p10_us, p90_us=timing.p90_us,
-                         calls=calls, input_sets=n_sets, bytes=nbytes, flops=flops))
+                         calls=calls, input_sets=n_sets, bytes=nbytes, flops=flops, rel_l2=rel_l2, tail=tail))
     del sets
     torch.cuda.empty_cache()
     return rows
@@ -161,6 +172,8 @@ def main(argv=None) -> int:
     parser.add_argument("--calls", type=int, default=20, help="calls captured per graph")
     parser.add_argument("--filter", nargs="+", default=[""], help="only cases whose label contains one of these")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="folder for bench.json and the PNG plots")
+    parser.add_argument("--tail", default="own", choices=cases.TAILS,
+                        help="what fills top-k rows past the entries a token reads (default: vLLM's, the own block)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench.py: needs a GPU (the interpreter's timings mean nothing)", file=sys.stderr)
@@ -177,15 +190,16 @@ def main(argv=None) -> int:
           f"an empty one-launch call {env['empty_launch_us']:.2f} us")
     rows = []
     specs = [s for s in grid(args.quick) if any(f in s.label for f in args.filter)]
-    header = f"{'case':58s} {'config':>18s} {'us/call':>9s} {'%HBM':>6s} {'%bf16':>6s}"
+    header = f"{'case':58s} {'config':>18s} {'us/call':>9s} {'%HBM':>6s} {'%bf16':>6s} {'rel_l2':>8s}"
     print(header)
     for spec in specs:
-        for row in run_spec(spec, arch, args.configs, args.calls):
+        for row in run_spec(spec, arch, args.configs, args.calls, args.tail):
             if "error" not in row:
                 row["hbm_fraction"] = row["bytes"] / (row["time_us"] * 1e-6) / env["copy_bytes_per_s"]
                 row["bf16_fraction"] = row["flops"] / (row["time_us"] * 1e-6) / env["bf16_flops_per_s"]
                 print(f"{row['case']:58s} {row['config'][:18]:>18s} {row['time_us']:9.2f} "
-                      f"{100 * row['hbm_fraction']:6.1f} {100 * row['bf16_fraction']:6.1f}", flush=True)
+                      f"{100 * row['hbm_fraction']:6.1f} {100 * row['bf16_fraction']:6.1f} {row['rel_l2']:8.1e}",
+                      flush=True)
             else:
                 print(f"{row['case']:58s} {row['config'][:18]:>18s} ERROR {row['error']}", flush=True)
             rows.append(row)

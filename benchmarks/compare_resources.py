@@ -29,7 +29,7 @@ import torch
 import triton
 
 from codegen import cases, static
-from codegen.api import load_module
+from codegen.modules import load_module
 from codegen.configs import LaunchConfig
 
 

@@ -25,7 +25,7 @@ import triton.language as tl
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from codegen import cases, get_config  # noqa: E402
-from codegen.api import load_module  # noqa: E402
+from codegen.modules import load_module  # noqa: E402
 from codegen.timing import empty_launch_us, graph_time, input_sets  # noqa: E402
 from codegen.validate import detect_device_arch  # noqa: E402
 from codegen.workload import min_bytes  # noqa: E402

@@ -22,7 +22,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from codegen import cases  # noqa: E402
 from codegen.selection import tile_inflation, tiles_pay_off_below  # noqa: E402
-from codegen.tuning.buckets import HEAD_LAYOUTS  # noqa: E402
+from codegen.shapes import HEAD_LAYOUTS  # noqa: E402
 
 
 def _inflation(spec: dict, block_t: int) -> float:
@@ -32,7 +32,8 @@ def _inflation(spec: dict, block_t: int) -> float:
                               scale_mode="scalar", batch=spec["batch"], tokens=spec["tokens"],
                               context=spec["context"], pattern=spec["pattern"], head_dim=16,
                               q_dtype=torch.float32, device="cpu", seed=0)
-    return tile_inflation(case.args["topk_idx"], block_t).item()
+    a = case.args
+    return tile_inflation(a["topk_idx"], block_t, a["cu_seqlens_q"], a["prefix_lens"]).item()
 
 
 def main(path: str) -> int:

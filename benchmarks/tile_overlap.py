@@ -14,8 +14,11 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
+import torch  # noqa: E402
+
 from codegen import cases  # noqa: E402
 from codegen.selection import tile_inflation  # noqa: E402
+from codegen.variants import PAGE_SIZE  # noqa: E402
 
 
 def overlap(pattern: str, prefix: int, tokens: int = 8192, num_kv_heads: int = 4, block_ts=(2, 4, 8)) -> list[str]:
@@ -24,11 +27,16 @@ def overlap(pattern: str, prefix: int, tokens: int = 8192, num_kv_heads: int = 4
                               pattern=pattern, compact=True)
     topk = case.args["topk_idx"]  # [Hkv, T, topk]
     heads, total, k = topk.shape
+    # The entries a token reads (its first min(k, p // 128 + 1)) that name a block it may see.
+    pos = prefix + torch.arange(total)
+    own = (pos // PAGE_SIZE)[None, :, None]
+    picks = (torch.arange(k)[None, None, :] < torch.clamp(own + 1, max=k)) & (topk >= 0) & (topk <= own)
     lines = []
     for bt in block_ts:
         tiles = total // bt
-        work = tile_inflation(topk, bt, sampled_tiles=tiles).item()  # every full tile, as auto's estimate counts
-        picks_per_token = (topk[:, :tiles * bt] >= 0).sum().item() / (heads * tiles * bt)
+        # every full tile, as auto's estimate counts
+        work = tile_inflation(topk, bt, case.args["cu_seqlens_q"], case.args["prefix_lens"], sampled_tiles=tiles).item()
+        picks_per_token = picks[:, :tiles * bt].sum().item() / (heads * tiles * bt)
         lines.append(f"{pattern} prefix {prefix // 1024}k block_t {bt}: distinct pages per tile "
                      f"{work * picks_per_token:.1f} of {bt * k}; MMA work / useful = {work:.2f}")
     return lines

@@ -13,7 +13,8 @@ import math
 
 import torch
 
-from .variants import PAGE_SIZE, get_arch
+from .shapes import torch_dtype
+from .variants import PAGE_SIZE
 
 
 @dataclasses.dataclass
@@ -29,12 +30,6 @@ class Case:
     def poison(self) -> None:
         """Fills the output with NaN so an unwritten element can never pass."""
         self.output.fill_(float("nan"))
-
-
-def _kv_dtype(arch: str, kv_dtype: str) -> torch.dtype:
-    if kv_dtype == "fp8":
-        return get_arch(arch).fp8_dtype
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}[kv_dtype]
 
 
 def _paged_cache(gen, num_pages, num_kv_heads, head_dim, dtype, device, strided):
@@ -189,7 +184,7 @@ def prefill_case(*, arch: str, q_lens, prefix_lens, num_q_heads: int, num_kv_hea
     k_scale, v_scale = _scales(gen, scale_mode, num_kv_heads, num_pages, device)
     args = dict(
         q=torch.randn(total_q, num_q_heads, head_dim, generator=gen, device=device).to(q_dtype),
-        kv_cache=_paged_cache(gen, num_pages, num_kv_heads, head_dim, _kv_dtype(arch, kv_dtype), device, strided),
+        kv_cache=_paged_cache(gen, num_pages, num_kv_heads, head_dim, torch_dtype(arch, kv_dtype), device, strided),
         topk_idx=_topk_view(selected),
         block_table=table,
         cu_seqlens_q=cu,
@@ -230,7 +225,7 @@ def decode_case(*, arch: str, seq_lens, num_q_heads: int, num_kv_heads: int, hea
     k_scale, v_scale = _scales(gen, scale_mode, num_kv_heads, num_pages, device)
     args = dict(
         q=torch.randn(total_q, num_q_heads, head_dim, generator=gen, device=device).to(q_dtype),
-        kv_cache=_paged_cache(gen, num_pages, num_kv_heads, head_dim, _kv_dtype(arch, kv_dtype), device, strided),
+        kv_cache=_paged_cache(gen, num_pages, num_kv_heads, head_dim, torch_dtype(arch, kv_dtype), device, strided),
         topk_idx=_topk_view(selected),
         block_table=table,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
@@ -253,12 +248,13 @@ def decode_case(*, arch: str, seq_lens, num_q_heads: int, num_kv_heads: int, hea
 
 def serving_case(kernel: str, *, arch: str, num_q_heads: int, num_kv_heads: int, kv_dtype: str, scale_mode: str,
                  batch: int, tokens: int, context: int, pattern: str = "correlated", head_dim: int = 128,
-                 topk: int = 16, q_dtype=torch.bfloat16, device="cuda", seed: int = 0) -> Case:
+                 topk: int = 16, q_dtype=torch.bfloat16, device="cuda", seed: int = 0, tail: str = "own") -> Case:
     """The inputs the tuner and the benchmark time: `batch` requests of `tokens` query tokens each
     (decode: the query length; prefill: the chunk) after `context` cached tokens, pages allocated
-    only where selected, no selected future blocks."""
+    only where selected, no selected future blocks, rows past their read entries filled by `tail`."""
     common = dict(arch=arch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, topk=topk,
-                  kv_dtype=kv_dtype, scale_mode=scale_mode, q_dtype=q_dtype, device=device, seed=seed, compact=True)
+                  kv_dtype=kv_dtype, scale_mode=scale_mode, q_dtype=q_dtype, device=device, seed=seed, compact=True,
+                  tail=tail)
     if kernel == "decode":
         return decode_case(seq_lens=[context] * batch, decode_query_len=tokens, **common)
     if kernel == "prefill":

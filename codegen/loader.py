@@ -11,6 +11,10 @@ share) only buckets whose tuned config is per-token (block_t 1) count, else the 
 Files are read once (cached by path and mtime). A broken file, one for another arch or device, or
 a stale one (other template inputs or Triton version) gives one warning; broken and mismatched
 files are ignored, stale ones still serve (their configs are valid launches, maybe not the best).
+Staleness by Triton version is judged only where a GPU compiles the kernels (CUDA/ROCm available
+and TRITON_INTERPRET unset): on a CPU the table looked up is another machine's anyway, and the
+interpreter's Triton says nothing about what that GPU runs, so the warning would be one nobody
+can act on. Staleness by template inputs is judged everywhere (re-tune after a template change).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import warnings
 
 from . import tuned_store
 from .configs import LaunchConfig, default_config
+from .modules import load_module
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,10 +86,15 @@ def _document_for(arch: str, device_name: str) -> tuple[pathlib.Path | None, dic
 
 def current_inputs_sha256(arch: str, kernel: str, scale_mode: str) -> str:
     """The template-input hash of the generated modules one kernel family launches."""
-    from .api import load_module
-
     parts = ["prefill"] if kernel == "prefill" else ["decode_split", "decode_merge"]
     return "+".join(load_module(arch, part, scale_mode).INPUTS_SHA256[:16] for part in parts)
+
+
+def _gpu_compiles() -> bool:
+    """Whether this process compiles kernels for a GPU (not the CPU interpreter): see the docstring."""
+    import torch
+
+    return os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
 
 
 def _check_stale(path, table: dict, arch: str, kernel: str, scale_mode: str) -> None:
@@ -93,7 +103,7 @@ def _check_stale(path, table: dict, arch: str, kernel: str, scale_mode: str) -> 
     prov = table["provenance"]
     if prov["inputs_sha256"] != current_inputs_sha256(arch, kernel, scale_mode):
         _warn_once(path, f"stale: {kernel}/{scale_mode} was tuned for other template inputs; re-run tune.py")
-    if prov["triton"] != triton.__version__:
+    if prov["triton"] != triton.__version__ and _gpu_compiles():
         _warn_once(path, f"stale: tuned with triton {prov['triton']}, running {triton.__version__}; re-run tune.py")
 
 

@@ -26,9 +26,6 @@ class Timing:
     calls_per_graph: int
     replays: int
 
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 def device_l2_bytes() -> int:
     """The current GPU's L2 size (the H200's when torch does not report it)."""

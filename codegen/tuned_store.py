@@ -15,11 +15,11 @@ import re
 import tempfile
 
 from .configs import LaunchConfig, validate_config
+from .shapes import DTYPES, KV_DTYPES
 from .variants import ARCHS, FP8_DTYPES, SCALE_MODES, TUNABLE_KERNELS
 
 SCHEMA = "msa-tune/tuned-configs"
 SCHEMA_VERSION = 1
-KV_DTYPES = ("fp8", "bf16", "fp16")
 REPO_CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "tuned_configs"
 CONFIG_DIR_ENV = "MSA_TUNE_CONFIG_DIR"
 
@@ -60,10 +60,10 @@ def kv_dtype_name(dtype) -> str:
     """A KV cache's torch dtype as the tables name it: any fp8 type (e4m3fn, e4m3fnuz) is "fp8"."""
     if dtype in FP8_DTYPES:
         return "fp8"
-    names = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
-    if str(dtype) not in names:
-        raise TypeError(f"kv_cache: expected an fp8, bf16 or fp16 dtype, got {dtype}")
-    return names[str(dtype)]
+    for name in KV_DTYPES:
+        if DTYPES.get(name) == dtype:
+            return name
+    raise TypeError(f"kv_cache: expected an fp8, bf16 or fp16 dtype, got {dtype}")
 
 
 def table_key(kernel: str, scale_mode: str, kv_dtype: str, num_q_heads: int, num_kv_heads: int) -> str:
@@ -161,17 +161,22 @@ def write_document(path: pathlib.Path, doc: dict) -> None:
 
 @contextlib.contextmanager
 def locked(path: pathlib.Path):
-    """An exclusive advisory lock beside `path`, so concurrent tuners merge instead of clobbering."""
+    """An exclusive advisory lock for writing `path`, so concurrent tuners merge instead of
+    clobbering. It locks the folder itself (flock on its descriptor), so no lock file is left
+    beside the configs; writers of other files in the folder wait too, for a write's few ms."""
     import fcntl
 
-    lock_path = pathlib.Path(path).with_name(pathlib.Path(path).name + ".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    folder = pathlib.Path(path).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def update_table(path: pathlib.Path, arch: str, device: str, key: str, provenance: dict, buckets: dict) -> dict:

@@ -12,10 +12,11 @@ import os
 
 import torch
 
+from .shapes import DTYPES, KV_DTYPES
 from .variants import ARCHS, FP8_DTYPES, PAGE_SIZE, get_arch
 
-Q_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-KV_16BIT_DTYPES = (torch.bfloat16, torch.float16)
+Q_DTYPES = tuple(DTYPES.values())  # bf16, fp16, fp32
+KV_16BIT_DTYPES = tuple(DTYPES[name] for name in KV_DTYPES if name != "fp8")  # bf16, fp16
 
 
 def check_tensor(name: str, x, *, ndim: int, dtypes: tuple | None = None, device: torch.device | None = None,
@@ -60,6 +61,7 @@ def resolve_arch(arch: str | None, device: torch.device) -> str:
         get_arch(arch)
         if os.environ.get("TRITON_INTERPRET") != "1":
             raise ValueError("q: CPU tensors run only under the Triton interpreter; set TRITON_INTERPRET=1 before importing codegen")
+        check_interpreter_versions()
         return arch
     if device.type != "cuda":
         raise ValueError(f"q: expected a CUDA/ROCm or CPU tensor, got device {device}")
@@ -69,6 +71,24 @@ def resolve_arch(arch: str | None, device: torch.device) -> str:
         if arch != detected:
             raise ValueError(f"arch: {arch!r} does not match the device {device} ({detected!r})")
     return detected
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("+")[0].split(".")[:2] if part.isdigit())
+
+
+def check_interpreter_versions(triton_version: str | None = None, numpy_version: str | None = None) -> None:
+    """The Triton interpreter before 3.9 converts its 1-element arrays with int(), which NumPy 2.4
+    refuses (the kernels' loop bounds then fail deep inside the interpreter). Checked: triton 3.6
+    with numpy 2.3, triton 3.9 with numpy 2.4."""
+    if triton_version is None:
+        import numpy
+        import triton
+
+        triton_version, numpy_version = triton.__version__, numpy.__version__
+    if _version(triton_version) < (3, 9) and _version(numpy_version) >= (2, 4):
+        raise RuntimeError(f"TRITON_INTERPRET: triton {triton_version}'s interpreter needs numpy < 2.4, found numpy "
+                           f"{numpy_version}; install 'numpy<2.4' or triton >= 3.9 (CI's pin)")
 
 
 def detect_device_arch(device: torch.device) -> str:

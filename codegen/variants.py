@@ -24,8 +24,6 @@ class ArchSpec:
 
     name: str
     fp8_dtype: torch.dtype  # the fp8 KV-cache element type this arch's hardware converts natively
-    fp8_tl_name: str  # the same type as a Triton pointer signature name
-    warp_size: int
     use_pdl: bool  # programmatic dependent launch (Hopper): the merge kernel's prologue overlaps
     amd_knobs: bool  # waves_per_eu / matrix_instr_nonkdim / kpack are launch options
     shared_mem_bytes: int  # per block (sm90) or workgroup LDS (gfx942): limit for configs
@@ -35,8 +33,6 @@ ARCHS: dict[str, ArchSpec] = {
     "sm90": ArchSpec(
         name="sm90",
         fp8_dtype=torch.float8_e4m3fn,
-        fp8_tl_name="fp8e4nv",
-        warp_size=32,
         use_pdl=True,
         amd_knobs=False,
         shared_mem_bytes=227 * 1024,
@@ -44,8 +40,6 @@ ARCHS: dict[str, ArchSpec] = {
     "gfx942": ArchSpec(
         name="gfx942",
         fp8_dtype=torch.float8_e4m3fnuz,
-        fp8_tl_name="fp8e4b8",
-        warp_size=64,
         use_pdl=False,
         amd_knobs=True,
         shared_mem_bytes=64 * 1024,

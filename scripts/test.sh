@@ -18,3 +18,10 @@ if [ -d tests/static ]; then
   echo "== static compile gates (sm90 + gfx942, ahead of time, on the GPU image's triton; no interpreter)"
   .venv-static/bin/python -m pytest -q -n 2 tests/static
 fi
+if [ "${MSA_TUNE_VLLM_VENV:-1}" = 1 ]; then
+  # Its own environment (.venv-vllm: vLLM 0.33.0 without its GPU dependencies), set up here rather than
+  # in setup.sh so that tune.sh on a GPU machine never builds it; kept between runs once complete.
+  echo "== vLLM plugin: loaded by vLLM 0.33.0's load_general_plugins, calls through vLLM's modules (interpreter)"
+  bash scripts/setup_vllm.sh
+  .venv-vllm/bin/python -m pytest -q tests/vllm
+fi

@@ -38,7 +38,6 @@ from .launch import (  # noqa: F401
     DECODE_TOKEN_COUNTS,
     EXCEPTIONS_PATH,
     FIGURES_VERSION,
-    HEAD_LAYOUTS,
     KV_DTYPES,
     LIMITS,
     Limits,

@@ -21,8 +21,9 @@ import torch
 import triton
 
 from ..configs import validate_config
-from ..variants import PAGE_SIZE, get_arch
-from .launch import CACHE_ENV, FIGURES_VERSION, Q_DTYPES, StaticLaunch, _KV_TORCH, _backend_classes, target_of, validate_options
+from ..shapes import torch_dtype
+from ..variants import PAGE_SIZE
+from .launch import CACHE_ENV, FIGURES_VERSION, Q_DTYPES, StaticLaunch, _backend_classes, target_of, validate_options
 
 # ---------------------------------------------------------------------------------------------
 # Signature and specialization: mimic a typical real launch
@@ -67,7 +68,7 @@ def _pointer_dtype(launch: StaticLaunch, arg: str) -> torch.dtype:
     if arg in ("part_o_ptr", "part_lse_ptr") and launch.kernel == "decode_split" and launch.config.num_splits == 1:
         return Q_DTYPES[launch.q_dtype]  # one split: the launcher passes the (never written) output tensor
     if arg == "kv_ptr":
-        return get_arch(launch.arch).fp8_dtype if launch.kv_dtype == "fp8" else _KV_TORCH[launch.kv_dtype]
+        return torch_dtype(launch.arch, launch.kv_dtype)
     if arg in ("k_scale_ptr", "v_scale_ptr", "part_o_ptr", "part_lse_ptr"):
         return torch.float32
     return torch.int32

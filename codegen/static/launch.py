@@ -5,32 +5,27 @@ import dataclasses
 import pathlib
 from typing import Any, Mapping
 
-import torch
-
-from ..api import load_module
 from ..configs import LaunchConfig
-from ..tuning.buckets import SERVING_LAYOUTS
+from ..modules import load_module
+from ..shapes import DTYPES as Q_DTYPES  # a query's dtype by name (no fp8 queries)
+from ..shapes import DECODE_BUCKETS, KV_DTYPES
+from ..tuned_store import REPO_CONFIG_DIR as TUNED_DIR
 from ..variants import ARCHS, Variant, get_arch
 
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-TUNED_DIR = REPO_ROOT / "tuned_configs"
 EXCEPTIONS_PATH = REPO_ROOT / "static_exceptions.json"
 CACHE_ENV = "MSA_TUNE_CACHE_DIR"
 # Bump when the figures read from an artifact change meaning: old cache entries are then ignored.
 FIGURES_VERSION = 1
 
-KV_DTYPES = ("fp8", "bf16", "fp16")
-Q_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-_KV_TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
 # What the shipped-config gate covers (see shipped_launches).
 SHIPPED_MODES = (("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16"), ("none", "fp8"))
 # The unfolded scalar baseline modules (fold_scales=False), gated like the folded ones.
 SHIPPED_UNFOLDED_MODES = (("scalar", "fp8"),)
-HEAD_LAYOUTS = SERVING_LAYOUTS  # (q heads, KV heads) by name
-# One decode batch small enough to get the most splits, one large enough to get a single split.
-DECODE_TOKEN_COUNTS = (1, 1024)
+# Decode defaults at every token bucket the tuner knows (so every split count the arch default
+# picks, which a GPU without a tuned table runs, is gated) and at one batch large enough for 1 split.
+DECODE_TOKEN_COUNTS = (*DECODE_BUCKETS, 1024)
 
 
 @dataclasses.dataclass(frozen=True)

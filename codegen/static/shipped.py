@@ -12,7 +12,8 @@ from typing import Any, Iterable
 from ..configs import LaunchConfig, default_config
 from ..variants import ARCHS
 from .compile import compile_inputs
-from .launch import DECODE_TOKEN_COUNTS, HEAD_LAYOUTS, SHIPPED_MODES, SHIPPED_UNFOLDED_MODES, StaticLaunch, TUNED_DIR, launches_for
+from ..shapes import SERVING_LAYOUTS
+from .launch import DECODE_TOKEN_COUNTS, SHIPPED_MODES, SHIPPED_UNFOLDED_MODES, StaticLaunch, TUNED_DIR, launches_for
 
 # ---------------------------------------------------------------------------------------------
 # Everything shipped
@@ -23,7 +24,7 @@ def _default_launches() -> list[StaticLaunch]:
     modes = [(mode, kv, True) for mode, kv in SHIPPED_MODES] + [(mode, kv, False) for mode, kv in SHIPPED_UNFOLDED_MODES]
     for arch in ARCHS:
         for scale_mode, kv_dtype, fold_scales in modes:
-            for _, (hq, hkv) in sorted(HEAD_LAYOUTS.items()):
+            for _, (hq, hkv) in sorted(SERVING_LAYOUTS.items()):
                 config = default_config(arch, "prefill", num_tokens=1, num_kv_heads=hkv)
                 launches += launches_for(arch, "prefill", scale_mode, kv_dtype, hq, hkv, config, source="default",
                                          fold_scales=fold_scales)
@@ -138,7 +139,7 @@ def shipped_launches(tuned_folder: pathlib.Path | None = None) -> list[StaticLau
     Each arch x {prefill, decode} x scale modes {scalar: fp8, per_token_head: fp8, none: bf16
     and fp8; plus the unfolded scalar baseline, fold_scales=False: fp8} x head layouts TP1 (64/4),
     TP4 (16/1), TP8 (8/1) with the arch default config (decode at DECODE_TOKEN_COUNTS tokens, so
-    num_splits == 1 and > 1 are both covered), plus every config in tuned_configs/*.json.
+    every split count the default picks is covered), plus every config in tuned_configs/*.json.
     """
     return _dedupe(_default_launches() + tuned_launches(tuned_folder))
 

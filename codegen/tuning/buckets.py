@@ -3,15 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
-HEAD_LAYOUTS = {"tp1": (64, 4), "tp2": (32, 2), "tp4": (16, 1), "tp8": (8, 1)}
-DEFAULT_LAYOUTS = ("tp1", "tp4", "tp8")
-# The layouts MiniMax-M3 serves with (the tuner's default grid), by name: what the benchmark, the
-# static gates and the GPU tests cover.
-SERVING_LAYOUTS = {name: HEAD_LAYOUTS[name] for name in DEFAULT_LAYOUTS}
-# (scale mode, KV dtype) pairs a serving deployment runs: fp8 caches with either scale mode, bf16 without.
-DEFAULT_MODES = (("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16"))
-DECODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # requests x query length 1
-PREFILL_BUCKETS = (512, 1024, 2048, 4096, 8192, 16384, 32768)  # tokens in one chunk
+from ..shapes import HEAD_LAYOUTS, KV_DTYPES
+from ..variants import SCALE_MODES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,9 +51,6 @@ class Bucket:
 
 def parse_modes(text: str) -> list[tuple[str, str]]:
     """'scalar:fp8,none:bf16' -> [("scalar", "fp8"), ("none", "bf16")]."""
-    from ..tuned_store import KV_DTYPES
-    from ..variants import SCALE_MODES
-
     pairs = []
     for item in filter(None, text.split(",")):
         mode, _, kv = item.partition(":")

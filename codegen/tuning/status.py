@@ -18,21 +18,24 @@ import time
 
 import optuna
 
-from .storage import _CLAIM, _RESULT, StorageUnavailable, display_url, open_storage, startup_failure
-from .study import _evaluated, is_final
+from .argparsing import Parser
+from .claims import CLAIM
+from .heartbeats import OptunaIncompatible
+from .records import RESULT, evaluated, failure_reason, is_final
+from .storage import STUDY_DIR, StorageUnavailable, display_url, open_storage, startup_failure
 
 _STATES = optuna.trial.TrialState
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="msa-tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="msa-tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     for name, text in (("status", "per-bucket progress and the workers alive"),
                        ("export", "rebuild the tuned-config JSON from the finished studies")):
         s = sub.add_parser(name, help=text, description=text)
         s.add_argument("--storage", default=None,
-                       help="the study database URL the workers use (default: the one tune_studies/*.db, if "
-                            "there is exactly one)")
+                       help="the study database URL the workers use (default: the one tune_studies/*.db of "
+                            "the repo, if there is exactly one)")
         s.add_argument("--db-retries", type=int, default=2, help="retries when the database is unreachable")
         s.add_argument("--db-retry-seconds", type=float, default=5.0, help="at most this long waiting for it")
         if name == "status":
@@ -49,21 +52,25 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _default_storage() -> str:
-    found = sorted(pathlib.Path("tune_studies").glob("*.db"))
+    """The repo's one SQLite study file (where `msa-tune` keeps its studies by default)."""
+    found = sorted(STUDY_DIR.glob("*.db"))
     if len(found) != 1:
-        names = ", ".join(str(f) for f in found) or "none"
-        raise ValueError(f"--storage is needed (SQLite files in tune_studies/: {names})")
+        names = ", ".join(f.name for f in found) or "none"
+        raise ValueError(f"--storage: needed unless {STUDY_DIR} holds exactly one *.db (it holds: {names})")
     return f"sqlite:///{found[0].resolve()}"
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0), or a bad argument: its one line is printed already (2)
+        return exc.code
     from .storage import DbRetry
 
     try:
         url = args.storage or _default_storage()
         storage = open_storage(url, retry=DbRetry(url, args.db_retries, args.db_retry_seconds))
-    except (StorageUnavailable, ValueError) as exc:
+    except (StorageUnavailable, OptunaIncompatible, ValueError) as exc:
         return startup_failure(exc)
     try:
         if args.command == "export":
@@ -108,17 +115,38 @@ def _heartbeat_ages(storage) -> dict[int, float]:
     return storage.db_retry.call(read)
 
 
+def _order(study_name: str) -> tuple:
+    """Sort key of a study: its run (arch, device, Triton, sources), table, then tokens as a number."""
+    info = parse_study_name(study_name)
+    table, _, tokens = info["label"].rpartition("@")
+    number = int(tokens) if tokens.isdigit() else -1
+    return (info["arch"], info["device"], info["triton"], info["inputs"], table or info["label"], number, study_name)
+
+
+def _failures(failed, limit: int = 3) -> list[str]:
+    """The distinct reasons of a bucket's failed trials, most frequent first: "N x kind: message"."""
+    counts: dict[str, int] = {}
+    for t in failed:
+        reason = failure_reason(t)
+        counts[reason] = counts.get(reason, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    lines = [f"{n} x {reason}" for reason, n in ranked[:limit]]
+    if len(ranked) > limit:
+        lines.append(f"... and {len(ranked) - limit} other reasons")
+    return lines
+
+
 def summarize(storage, recent_s: float = 120) -> dict:
     """Everything `status` shows, as data: {"studies": [...], "alive": {tuner: what}, "stale": {...}}."""
     ages = _heartbeat_ages(storage)
     now = datetime.datetime.now()
     studies, alive, stale, recent = [], {}, {}, {}
-    for frozen in sorted(storage.get_all_studies(), key=lambda s: s.study_name):
+    for frozen in sorted(storage.get_all_studies(), key=lambda s: _order(s.study_name)):
         attrs = frozen.user_attrs
         grace = 3 * int(attrs.get("heartbeat_s", 10))
         trials = storage.get_all_trials(frozen._study_id, deepcopy=False)
         info = parse_study_name(frozen.study_name)
-        done = _evaluated(trials)
+        done = evaluated(trials)
         ok = [t for t in done if t.state == _STATES.COMPLETE]
         best = min(ok, key=lambda t: t.value, default=None)
         running = [t for t in trials if t.state == _STATES.RUNNING and not t.user_attrs.get("duplicate")]
@@ -127,7 +155,8 @@ def summarize(storage, recent_s: float = 120) -> dict:
                    lost=sum(t.state == _STATES.FAIL and "failure" not in t.user_attrs
                             and not t.user_attrs.get("duplicate") for t in trials),
                    best_us=best.value if best else None, best_config=best.user_attrs.get("config") if best else None,
-                   result=attrs.get(_RESULT), claim=attrs.get(_CLAIM))
+                   failures=_failures([t for t in done if t.state == _STATES.FAIL]),
+                   result=attrs.get(RESULT), claim=attrs.get(CLAIM))
         studies.append(row)
         for t in running:
             tuner = t.user_attrs.get("tuner", "?")
@@ -186,6 +215,7 @@ def render(summary: dict, url: str) -> str:
             _short(row["best_config"])
         lines.append(f"  {row['label']:34s} {row['done']:5d} {row['running']:4d} {row['failed']:5d} {row['lost']:5d} "
                      f"{row['waiting']:5d} {best:>9s}  {_state(row):32s} {config}")
+        lines += [f"      failed: {reason}" for reason in row.get("failures", ())]
     lines.append("(done: configs measured, failed: of those, the ones that failed; lost: trials whose worker died "
                  "or that ran out of GPU memory, retried; wait: queued)")
     alive = summary["alive"]
@@ -214,7 +244,7 @@ def export(storage, out_dir: pathlib.Path | None = None, any_sources: bool = Fal
     skipped = 0
     current: dict[tuple, str] = {}
     for frozen in storage.get_all_studies():
-        result = frozen.user_attrs.get(_RESULT)
+        result = frozen.user_attrs.get(RESULT)
         if not isinstance(result, dict) or "entry" not in result or "provenance" not in result:
             continue
         kernel, mode, *_ = tuned_store.parse_table_key(result["table_key"])

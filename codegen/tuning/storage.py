@@ -1,16 +1,27 @@
-"""The study database: connection retries, heartbeats from a trial's start, SQLite write locks,
-and the per-bucket finish claim (compare-and-set) shared by every worker of a run."""
+"""The study database: where it is by default, opening it, retrying calls that lose the
+connection, and SQLite write locks. (Heartbeats: heartbeats.py; the finish claim: claims.py.)"""
 from __future__ import annotations
 
 import dataclasses
 import functools
 import inspect
-import json
+import pathlib
 import sys
 import threading
 import time
 
 import optuna
+
+from .heartbeats import OptunaIncompatible, beat_from_the_start, rdb_models
+
+# Default home of the SQLite study files: the repository's, like tuned_configs/, so that a run, its
+# resume and `msa-tune status` find the same file from any working directory.
+STUDY_DIR = pathlib.Path(__file__).resolve().parents[2] / "tune_studies"
+
+
+def default_url(out_stem: str) -> str:
+    """The SQLite study database of a run writing tuned_configs/<out_stem>.json."""
+    return f"sqlite:///{STUDY_DIR / (out_stem + '.db')}"
 
 
 def display_url(url: str) -> str:
@@ -60,9 +71,12 @@ class StorageUnavailable(RuntimeError):
 
 def startup_failure(exc: Exception) -> int:
     """Says on stderr why a msa-tune command could not start; returns its exit code (tune.py's
-    docstring): 3 when the study database cannot be reached, 2 for bad arguments."""
+    docstring): 3 when the study database cannot be reached, 1 when this Optuna is one msa-tune
+    cannot work with, 2 for bad arguments."""
     print(f"msa-tune: {exc}", file=sys.stderr)
-    return 3 if isinstance(exc, StorageUnavailable) else 2
+    if isinstance(exc, StorageUnavailable):
+        return 3
+    return 1 if isinstance(exc, OptunaIncompatible) else 2
 
 
 @dataclasses.dataclass
@@ -130,44 +144,10 @@ def _retrying_storage_class():
     def __init__(self, url, *, db_retry, **kwargs):
         self.db_retry = db_retry
         RDBStorage.__init__(self, url, **kwargs)
-        _beat_from_the_start(self)
+        beat_from_the_start(self)
 
     namespace["__init__"] = __init__
     return type("RetryingRDBStorage", (RDBStorage,), namespace)
-
-
-def _beat_from_the_start(storage) -> None:
-    """Every trial gets its first heartbeat in the very transaction that makes it RUNNING (a fresh
-    ask, or a queued trial popped). Optuna never fails a trial without a heartbeat on record, so a
-    worker killed between asking and its first beat would otherwise leave a trial that holds its
-    config forever. (If Optuna's models ever move, _fail_orphans still catches those, later.)"""
-    try:
-        import sqlalchemy
-        from optuna.storages._rdb import models
-    except ImportError:
-        return
-    running = optuna.trial.TrialState.RUNNING
-
-    def before_flush(session, _context, _instances):
-        for obj in session.new:  # Optuna flushes every new trial as RUNNING, then sets a template's state
-            if isinstance(obj, models.TrialModel):
-                session.info.setdefault("msa_tune_new_trials", []).append(obj)
-        for obj in session.dirty:  # a queued trial popped
-            if isinstance(obj, models.TrialModel) and obj.state == running and not obj.heartbeats:
-                session.add(models.TrialHeartbeatModel(trial=obj))
-
-    def before_commit(session):
-        for obj in session.info.pop("msa_tune_new_trials", []):
-            if obj.state == running and not obj.heartbeats:  # asked (not queued): beats from now
-                session.add(models.TrialHeartbeatModel(trial=obj))
-
-    def after_transaction_end(session, transaction):
-        if transaction.parent is None:  # the outermost one: committed or rolled back
-            session.info.pop("msa_tune_new_trials", None)
-
-    sqlalchemy.event.listen(storage.scoped_session, "before_flush", before_flush)
-    sqlalchemy.event.listen(storage.scoped_session, "before_commit", before_commit)
-    sqlalchemy.event.listen(storage.scoped_session, "after_transaction_end", after_transaction_end)
 
 
 _RetryingRDBStorage = None
@@ -212,10 +192,13 @@ def open_storage(url: str, heartbeat_s: int = 10, retry: DbRetry | None = None):
     """An Optuna RDB storage with heartbeats (a worker killed mid-trial has that trial failed, and
     retried once, after `3 x heartbeat_s` without a beat) and retries on lost connections.
     Raises StorageUnavailable (at_startup) when the database cannot be reached, ValueError for a
-    URL that is not one."""
+    URL that is not one, OptunaIncompatible (before touching the database) when this Optuna lacks
+    the internals the heartbeats rely on."""
     global _RetryingRDBStorage
     import sqlalchemy.exc as sx
     from optuna.storages import RetryFailedTrialCallback
+
+    rdb_models()
 
     retry_cb = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", RetryFailedTrialCallback)
     if _RetryingRDBStorage is None:
@@ -254,126 +237,3 @@ def open_storage(url: str, heartbeat_s: int = 10, retry: DbRetry | None = None):
                 retry._say(f"msa-tune: cannot reach the study database yet ({reason}); retry {retries}/"
                            f"{retry.attempts} in {delay:.0f} s")
             time.sleep(min(delay, 1.0) if not connection_problem(exc) else delay)
-
-
-class _Heartbeats:
-    """Beats for every trial this worker holds, from the moment it asks for one until it tells it,
-    so a worker killed anywhere in between (preparing, running) has its trials failed and retried."""
-
-    def __init__(self, storage, interval_s: int):
-        self._storage, self._interval = storage, interval_s
-        self._ids: set[int] = set()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, daemon=True, name="msa-tune-heartbeats")
-        self._thread.start()
-
-    def add(self, trial_id: int) -> None:
-        # Beat at once (and retried): Optuna only ever fails trials that have a heartbeat on record.
-        self._storage.db_retry.call(self._storage.record_heartbeat, trial_id)
-        with self._lock:
-            self._ids.add(trial_id)
-
-    def discard(self, trial_id: int) -> None:
-        with self._lock:
-            self._ids.discard(trial_id)
-
-    def _beat(self):
-        while not self._stop.wait(self._interval):
-            with self._lock:
-                ids = list(self._ids)
-            for trial_id in ids:
-                try:
-                    self._storage.record_heartbeat(trial_id)
-                except Exception:  # noqa: BLE001 - a lost beat only risks a retry elsewhere
-                    pass
-
-    def close(self):
-        self._stop.set()
-        self._thread.join(5)
-
-
-# --- finish claims: one worker confirms and publishes a bucket ------------------------------------
-
-_CLAIM = "finishing"  # study user attr: {"tuner", "beat", "done"}, changed only by compare-and-set
-_RESULT = "result"  # study user attr: the published outcome (what went into the JSON, and how final)
-
-
-def _attrs_table():
-    import sqlalchemy as sa
-
-    return sa.table("study_user_attributes", sa.column("study_id"), sa.column("key"), sa.column("value_json"))
-
-
-def _claim_read(storage, study_id: int) -> str | None:
-    import sqlalchemy as sa
-
-    t = _attrs_table()
-    with storage.engine.connect() as conn:
-        return conn.execute(sa.select(t.c.value_json).where(t.c.study_id == study_id, t.c.key == _CLAIM)).scalar()
-
-
-def _claim_insert(storage, study_id: int, value: str) -> bool:
-    """True when this worker created the claim; False when someone else has one (unique key)."""
-    import sqlalchemy as sa
-    import sqlalchemy.exc as sx
-
-    try:
-        with storage.engine.begin() as conn:
-            conn.execute(sa.insert(_attrs_table()).values(study_id=study_id, key=_CLAIM, value_json=value))
-        return True
-    except sx.IntegrityError:
-        return False
-
-
-def _claim_swap(storage, study_id: int, old: str, new: str) -> bool:
-    """Compare-and-set: the claim becomes `new` only if it still is `old`."""
-    import sqlalchemy as sa
-
-    t = _attrs_table()
-    with storage.engine.begin() as conn:
-        result = conn.execute(sa.update(t).where(t.c.study_id == study_id, t.c.key == _CLAIM, t.c.value_json == old)
-                              .values(value_json=new))
-        return result.rowcount == 1
-
-
-class _FinishClaim:
-    """This worker's hold on finishing one study (confirmation + publishing), kept alive by a beat."""
-
-    def __init__(self, storage, study_id: int, value: str, interval_s: int):
-        self._storage, self._study_id, self.value = storage, study_id, value
-        self._interval = interval_s
-        self._lock = threading.Lock()
-        self.lost = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat_loop, daemon=True, name="msa-tune-claim")
-        self._thread.start()
-
-    def _next(self, **changes) -> str:
-        doc = json.loads(self.value)
-        doc["beat"] += 1
-        doc.update(changes)
-        return json.dumps(doc, sort_keys=True)
-
-    def beat(self, **changes) -> bool:
-        with self._lock:
-            if self.lost:
-                return False
-            new = self._next(**changes)
-            if _claim_swap(self._storage, self._study_id, self.value, new):
-                self.value = new
-                return True
-            self.lost = True  # another worker took it over (we looked dead to it)
-            return False
-
-    def _beat_loop(self):
-        while not self._stop.wait(self._interval):
-            try:
-                if not self.beat():
-                    return
-            except Exception:  # noqa: BLE001 - the database is away: the next beat tries again
-                pass
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(5)

@@ -133,15 +133,16 @@ def static_problems(bucket: Bucket, config: LaunchConfig) -> list[str]:
 def prepare(request: dict) -> list[str]:
     """Runs in a preparer process: static check, then (GPU) a compile and one run on the bucket's
     first input set, filling Triton's disk cache so the trial worker only loads the binary. Returns
-    the static problems; compile and run failures are left for the isolated trial to record."""
+    the static problems (a checker that raises is one: the candidate fails, kind "static");
+    compile and run failures are left for the isolated trial to record."""
     bucket = Bucket(**request["bucket"])
     config = LaunchConfig.from_dict(request["config"])
     if request.get("static"):
         try:
             problems = static_problems(bucket, config)
-        except Exception as exc:  # noqa: BLE001 - a broken checker must not stop tuning; the trial still runs
-            problems = []
-            print(f"msa-tune: static check skipped for {config}: {type(exc).__name__}: {exc}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - recorded as the candidate's failure, never as a pass
+            # Fail closed: an unchecked candidate could be one the check exists to keep off the GPU.
+            return [f"the static check raised {type(exc).__name__}: {exc} (fix it, or tune with --no-static-check)"]
         if problems:
             return problems
     if request.get("precompile") and not request.get("interpret"):

@@ -10,7 +10,7 @@ import torch
 
 from codegen import LaunchConfig, cases
 from codegen.accuracy import compare
-from codegen.tuning.buckets import SERVING_LAYOUTS
+from codegen.shapes import SERVING_LAYOUTS
 from codegen.validate import detect_device_arch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -148,6 +148,25 @@ def test_prefill_auto_selection_in_a_cuda_graph(arch):
         cases.run_kernel(case, config=config, selection="auto")
     for pattern, tiles in (("correlated", True), ("random", False), ("correlated", True)):
         fresh = cases.prefill_case(pattern=pattern, seed=2, **kw)
-        assert bool(choose_tiles(fresh.args["topk_idx"], 4, "scalar")) is tiles
+        a = fresh.args
+        assert bool(choose_tiles(a["topk_idx"], 4, "scalar", a["cu_seqlens_q"], a["prefix_lens"])) is tiles
         result = _replay_on(graph, case, fresh)
         assert result.ok, f"replay on {pattern} selections: {result}"
+
+
+@pytest.mark.parametrize("mode,kv_dtype", [("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16")])
+@pytest.mark.parametrize("tail", cases.TAILS)
+@pytest.mark.parametrize("path", ["prefill_tiles", "prefill_per_token", "decode"])
+def test_topk_tails_gpu(arch, mode, kv_dtype, tail, path):
+    """vLLM's top-k contract: only a token's first min(16, p // 128 + 1) entries are read, whatever
+    follows them (tests/interp/test_topk_contract.py at the model's sizes); junk inside them too."""
+    hq, hkv = LAYOUTS["tp4"]
+    kw = dict(arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode,
+              q_dtype=torch.bfloat16, device="cuda", seed=11, tail=tail, inner_junk=0.1 if tail == "mixed" else 0.0)
+    if path == "decode":
+        case = cases.decode_case(seq_lens=[100, 700, 1900, 9000], decode_query_len=2, padded_rows=2, **kw)
+        config = LaunchConfig(block_n=64, num_splits=4, fused_merge=1)
+    else:
+        case = cases.prefill_case(q_lens=[300, 40], prefix_lens=[0, 1800], pattern="correlated", **kw)
+        config = LaunchConfig(block_n=64, block_t=4 if path == "prefill_tiles" else 1)
+    _check(case, config)

@@ -159,3 +159,12 @@ def test_unfolded_baseline_is_scalar_only():
     case.poison()
     _raises(sparse_attn_decode, case.args, ValueError, r"^fold_scales: False .* scalar scales only", arch="sm90",
             fold_scales=False)
+
+
+def test_interpreter_versions_that_cannot_run_say_what_is_needed():
+    from codegen.validate import check_interpreter_versions
+
+    with pytest.raises(RuntimeError, match=r"triton 3.6.0's interpreter needs numpy < 2.4, found numpy 2.4.6"):
+        check_interpreter_versions("3.6.0", "2.4.6")
+    check_interpreter_versions("3.6.0", "2.3.5")  # checked to run
+    check_interpreter_versions("3.9.0", "2.4.6")  # CI's pins

@@ -2,6 +2,7 @@
 JSON written and picked up by the loader, failing trials recorded, resume, shared studies."""
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -57,7 +58,7 @@ FAULTS = [
 ]
 
 
-def test_failing_trials_are_recorded_and_the_study_finishes(tmp_path):
+def test_failing_trials_are_recorded_and_the_study_finishes(tmp_path, capsys):
     path = _run(tmp_path, "--kernels", "decode", "--decode-buckets", "2", "--trials", "10", "--trial-timeout", "15",
                 "--runner", "tune_faults:faulty", "--candidates", json.dumps(FAULTS))
     entry = tuned_store.read_document(path)["tables"]["decode/scalar/fp8/8x1"]["buckets"]["2"]
@@ -65,6 +66,15 @@ def test_failing_trials_are_recorded_and_the_study_finishes(tmp_path):
     assert entry["failures"] == 4
     assert entry["failure_kinds"] == {"error": 1, "timeout": 1, "crash": 1, "wrong_result": 1}
     assert entry["config"] != FAULTS[3] | {"merge_num_warps": 4}, "garbage must never be chosen"
+    # Each failed trial's log line says why, and so does `msa-tune status`.
+    log = capsys.readouterr().out
+    assert re.search(r"^  decode/scalar/fp8/8x1@2 trial #\d+: failed \(error\): RuntimeError: injected: this config "
+                     r"raises$", log, re.M), log
+    assert re.search(r"trial #\d+: failed \(timeout\): no result within 15 s", log), log
+    assert tune.main(["status", "--storage", f"sqlite:///{tmp_path / 'study.db'}"]) == 0
+    status = capsys.readouterr().out
+    assert "      failed: 1 x error: RuntimeError: injected: this config raises" in status, status
+    assert "      failed: 1 x timeout: no result within 15 s" in status, status
 
 
 def test_out_of_memory_is_retried_not_recorded_as_the_configs_failure(tmp_path, monkeypatch):
@@ -215,10 +225,13 @@ def test_trials_beat_from_the_start_and_orphans_are_failed_and_queued_again(tmp_
     import optuna
     import sqlalchemy as sa
 
-    from codegen.tuning import study as S
+    from codegen.tuning import heartbeats
+    from codegen.tuning.records import key_of
+    from codegen.tuning.settings import TuneSettings
+    from codegen.tuning.state import TunerState
 
     url = f"sqlite:///{tmp_path / 's.db'}"
-    state = S.TunerState(S.TuneSettings(storage=url, heartbeat_s=1), log=lambda _: None)
+    state = TunerState(TuneSettings(storage=url, heartbeat_s=1), log=lambda _: None)
     try:
         study = optuna.create_study(study_name="orphans", storage=state.storage)
         fresh = study.ask()  # a new trial
@@ -230,14 +243,14 @@ def test_trials_beat_from_the_start_and_orphans_are_failed_and_queued_again(tmp_
         assert beating == {popped._trial_id, fresh._trial_id}  # no explicit beat was recorded
         plain = optuna.load_study(study_name="orphans", storage=optuna.storages.RDBStorage(url))
         orphan = plain.ask()  # the queued block_n=32, popped by a client without the first beat
-        S._fail_orphans(study, study.get_trials(deepcopy=False), state)
+        heartbeats.fail_orphans(study, study.get_trials(deepcopy=False), state.storage, state.db)
         assert study.get_trials()[orphan.number].state.name == "RUNNING"  # not old enough yet
-        monkeypatch.setattr(S, "_ORPHAN_S", -1)
-        S._fail_orphans(study, study.get_trials(deepcopy=False), state)
+        monkeypatch.setattr(heartbeats, "ORPHAN_S", -1)
+        heartbeats.fail_orphans(study, study.get_trials(deepcopy=False), state.storage, state.db)
         trials = study.get_trials()
         assert [t.state.name for t in trials] == ["RUNNING", "RUNNING", "FAIL", "WAITING"]
         assert trials[2].number == orphan.number
-        assert S._key_of(trials[3]) == S._key_of(trials[2]) is not None  # queued again, same config
+        assert key_of(trials[3]) == key_of(trials[2]) is not None  # queued again, same config
     finally:
         state.close()
 
@@ -248,8 +261,9 @@ def test_studies_are_seeded_with_the_neighbouring_buckets_winners(tmp_path):
     import optuna
 
     from codegen.tuning.buckets import Bucket
+    from codegen.tuning.publish import Publisher
+    from codegen.tuning.seeding import seed
     from codegen.tuning.space import config_key, default_for, enumerate_space
-    from codegen.tuning.study import _seed
 
     first = _run(tmp_path, "--kernels", "decode", "--decode-buckets", "2", "--trials", "2")
     doc = tuned_store.read_document(first)
@@ -263,16 +277,16 @@ def test_studies_are_seeded_with_the_neighbouring_buckets_winners(tmp_path):
 
     bucket = Bucket(arch="sm90", device="cpu-interpreter", kernel="decode", scale_mode="scalar", kv_dtype="fp8",
                     num_q_heads=8, num_kv_heads=1, tokens=4, head_dim=32, topk=4, context=300, pattern="correlated")
-    neighbours = tune._neighbour_configs(first, bucket)
+    neighbours = Publisher(first, "sm90", "cpu-interpreter", {}, [], True, {}).neighbours(bucket)
     assert neighbours == [chosen, far], "nearest in log2 tokens first; the default-keeping bucket is skipped"
 
     space = enumerate_space("sm90", "decode", num_q_heads=8, num_kv_heads=1, topk=4, kv_dtype="fp8")
     study = optuna.create_study()
-    _seed(study, bucket, {config_key(c) for c in space} - {config_key(far)}, lambda: neighbours)
+    seed(study, bucket, {config_key(c) for c in space} - {config_key(far)}, lambda: neighbours)
     queued = [t.system_attrs["fixed_params"] for t in study.get_trials(deepcopy=False)]
     assert len(queued) == 2  # `far` is outside this (restricted) space
     assert queued[0]["block_n"] == default_for(bucket).block_n
     assert queued[1] == {"block_n": 32, "num_warps": 8, "num_stages": 1, "num_splits": 4, "fused_merge": 1,
                          "kv_upcast": 2}
-    _seed(study, bucket, {config_key(c) for c in space}, lambda: neighbours)
+    seed(study, bucket, {config_key(c) for c in space}, lambda: neighbours)
     assert len(study.get_trials(deepcopy=False)) == 2, "a study is seeded once"

@@ -213,3 +213,5 @@ def check_status_and_export(storage: str, tmp_path: pathlib.Path, buckets=(1, 2,
     written = tuned_store.read_document(tmp_path / "cfg" / name)
     key = "decode/scalar/fp8/8x1"
     assert exported["tables"][key]["buckets"] == written["tables"][key]["buckets"]
+    for folder in (tmp_path / "exported", tmp_path / "cfg"):  # the files only: no lock file left beside them
+        assert sorted(p.name for p in folder.iterdir()) == [name], sorted(folder.iterdir())

@@ -82,9 +82,23 @@ def test_shipped_launch_fits(launch):
     assert not unexcused, f"{report.summary()}\n(allowed exceptions live in static_exceptions.json, with a reason)"
 
 
-def test_exceptions_file_is_valid():
-    for entry in EXCEPTIONS:  # load_exceptions already rejects unknown keys and missing reasons
+def test_exceptions_file_is_valid(tmp_path):
+    assert isinstance(EXCEPTIONS, list)  # static_exceptions.json loaded (it may rightly be empty)
+    for entry in EXCEPTIONS:
         assert entry["reason"].strip()
+    # What makes the file valid, checked on files that are not (the real one is usually empty).
+    path = tmp_path / "exceptions.json"
+    good = {"arch": "sm90", "kernel": "prefill", "config": {"block_n": 128}, "reason": "measured: fits at runtime"}
+    path.write_text(json.dumps({"exceptions": [good]}))
+    assert static.load_exceptions(path) == [good]
+    for bad, message in (({"arch": "sm90", "reason": " "}, "non-empty"), ({"arch": "sm90"}, "non-empty"),
+                         ({"arhc": "sm90", "reason": "typo"}, "unknown key"), ("sm90", "expected an object")):
+        path.write_text(json.dumps({"exceptions": [bad]}))
+        with pytest.raises(ValueError, match=message):
+            static.load_exceptions(path)
+    path.write_text(json.dumps({"exceptions": {"arch": "sm90"}}))
+    with pytest.raises(ValueError, match="expected"):
+        static.load_exceptions(path)
 
 
 # A [BLOCK_M, HEAD_DIM] bf16 tile with BLOCK_M = 1024 query-head rows is 256 KB of shared memory on its
@@ -225,7 +239,7 @@ def _record_launch(monkeypatch, launch):
     import torch
 
     from codegen import cases
-    from codegen.api import load_module
+    from codegen.modules import load_module
 
     common = dict(arch=launch.arch, num_q_heads=launch.num_q_heads, num_kv_heads=launch.num_kv_heads,
                   kv_dtype=launch.kv_dtype, scale_mode=launch.scale_mode, q_dtype=torch.bfloat16)

@@ -1,0 +1,82 @@
+"""Where finished buckets go: the run's tuned-config JSON, with the provenance of the run; what that
+file already holds for neighbouring buckets (the seeds of a new study); and the unmeasured
+defaults file of `msa-tune --write-defaults`."""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import pathlib
+
+from .. import tuned_store
+from ..configs import LaunchConfig
+from ..loader import buckets_by_distance, current_inputs_sha256
+from .space import default_for
+
+
+def provenance(*, measured: bool, gpu_name: str, arch: str, inputs: str, versions: dict, argv, **extra) -> dict:
+    """A table's provenance (docs/tuned-configs.md): where, with what and by which command."""
+    return dict(measured=measured, gpu_name=gpu_name, arch=arch, inputs_sha256=inputs,
+                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                command="msa-tune " + " ".join(argv), **versions, **extra)
+
+
+@dataclasses.dataclass
+class Publisher:
+    """Writes the finished buckets of one run into `out_path` (atomic, merged under a lock)."""
+
+    out_path: pathlib.Path
+    arch: str
+    device_name: str
+    versions: dict  # triton, torch, cuda, hip
+    argv: list
+    interpret: bool
+    workload: dict  # decode_context, prefill_prefix, pattern, head_dim, topk
+
+    def write(self, result, *, inputs: str, log=print) -> dict:
+        """Writes a finished bucket into the JSON; returns what was written, which the study keeps
+        as its result (`msa-tune export` rebuilds the JSON from those)."""
+        prov = provenance(measured=True, gpu_name=self.device_name, arch=self.arch, inputs=inputs,
+                          versions=self.versions, argv=self.argv,
+                          timing=("Triton interpreter wall clock: meaningless as a speed" if self.interpret else
+                                  "CUDA graph of up to 20 calls on rotating inputs, replay time / calls, median"),
+                          workload=dict(self.workload))
+        bucket = result.bucket
+        entry = dict(config=result.config.to_dict(), is_default=result.is_default, default_us=result.default_us,
+                     tuned_us=result.tuned_us, trials=result.trials, failures=result.failures,
+                     failure_kinds=result.failure_kinds, note=result.note, study=result.study_name)
+        tuned_store.update_table(self.out_path, self.arch, self.device_name, bucket.table_key, prov,
+                                 {str(bucket.tokens): entry})
+        log(f"msa-tune: wrote {bucket.label} to {self.out_path}")
+        return dict(arch=self.arch, device_name=self.device_name, table_key=bucket.table_key, tokens=bucket.tokens,
+                    entry=entry, provenance=prov)
+
+    def neighbours(self, bucket, count: int = 2) -> list:
+        """Configs chosen (not the default) for the `count` buckets of this table nearest to `bucket`
+        in log2 tokens, from the file this run writes; none when it does not exist or cannot be read."""
+        try:
+            table = tuned_store.read_document(self.out_path)["tables"].get(bucket.table_key, {})
+        except (OSError, ValueError):
+            return []
+        chosen = {int(tokens): entry for tokens, entry in table.get("buckets", {}).items()
+                  if int(tokens) != bucket.tokens and not entry.get("is_default")}
+        configs = []
+        for tokens in buckets_by_distance(chosen, bucket.tokens)[:count]:
+            try:
+                configs.append(LaunchConfig.from_dict(chosen[tokens]["config"]))
+            except (TypeError, ValueError):
+                continue
+        return configs
+
+
+def write_defaults(out_path: pathlib.Path, arch: str, device_name: str, grid, versions: dict, argv) -> None:
+    """An unmeasured tuned-config file: every table and bucket of `grid` holds the arch default, and
+    its provenance says so (the loader then reports is_tuned=False)."""
+    doc = tuned_store.new_document(arch, device_name)
+    for b in grid:
+        table = doc["tables"].setdefault(b.table_key, {"provenance": provenance(
+            measured=False, gpu_name=device_name, arch=arch,
+            inputs=current_inputs_sha256(arch, b.kernel, b.scale_mode), versions=versions, argv=argv,
+            note="not measured: no such GPU was available; every bucket holds the arch default"), "buckets": {}})
+        table["buckets"][str(b.tokens)] = dict(config=default_for(b).to_dict(), is_default=True, default_us=None,
+                                               tuned_us=None, trials=0, failures=0)
+    tuned_store.write_document(out_path, doc)

@@ -1,0 +1,57 @@
+"""A bucket's Optuna study: its search space, its sampler, and the configs it starts from."""
+from __future__ import annotations
+
+import zlib
+
+import optuna
+
+from .buckets import Bucket
+from .space import config_key, default_for, enumerate_space, normalize, params_of
+
+
+def seed(study, bucket: Bucket, space_keys: set[str], neighbours=None) -> None:
+    """The default is always the first trial of a study (the baseline every candidate must beat);
+    then the configs chosen for the nearest finished buckets of the same table, when they are in
+    this study's space: a neighbour's winner is the likeliest good point, and costs one trial.
+    `neighbours` returns those configs; it is called only when the study is seeded."""
+    if study.user_attrs.get("seeded"):
+        return
+    study.set_user_attr("seeded", True)
+    queued = set()
+    for config in [default_for(bucket), *(neighbours() if neighbours else ())]:
+        config = normalize(config)
+        key = config_key(config)
+        if key in queued or key not in space_keys:
+            continue
+        queued.add(key)
+        study.enqueue_trial(params_of(config, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype),
+                            skip_if_exists=True)
+
+
+def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None) -> tuple:
+    """(study, space, exhaustive) of a bucket, created or loaded once per worker and seeded once
+    per study. exhaustive: the space is no larger than the trial budget, so every point is queued
+    rather than sampled."""
+    if study_name in state.studies:
+        return state.studies[study_name]
+    if settings.candidates is not None:
+        space = list({config_key(c): c for c in [default_for(bucket)] + [normalize(c) for c in settings.candidates]}.values())
+    else:
+        space = enumerate_space(bucket.arch, bucket.kernel, num_q_heads=bucket.num_q_heads,
+                                num_kv_heads=bucket.num_kv_heads, topk=bucket.topk, kv_dtype=bucket.kv_dtype)
+    exhaustive = len(space) <= settings.trials
+    # One seed per table: the buckets of a table propose the same points, so their kernels (which do
+    # not depend on the token count) compile once for the whole table; different tables (other
+    # kernels anyway) explore different points - with one global seed, every table of the H200 run
+    # sampled the same first configs.
+    sampler_seed = (settings.seed + zlib.crc32(bucket.table_key.encode())) % 2**31
+    sampler = (optuna.samplers.BruteForceSampler(seed=sampler_seed) if exhaustive else
+               optuna.samplers.TPESampler(seed=sampler_seed, multivariate=True, group=True,
+                                          n_startup_trials=max(5, settings.trials // 4)))
+    study = optuna.create_study(study_name=study_name, storage=state.storage, direction="minimize", sampler=sampler,
+                                load_if_exists=True)
+    seed(study, bucket, {config_key(c) for c in space}, neighbours)
+    if study.user_attrs.get("heartbeat_s") != settings.heartbeat_s:  # for `msa-tune status`: when a beat is stale
+        study.set_user_attr("heartbeat_s", settings.heartbeat_s)
+    state.studies[study_name] = (study, space, exhaustive)
+    return state.studies[study_name]

@@ -1,0 +1,52 @@
+"""What one worker process carries across buckets: the study database, its open studies, the
+claims it has seen, and the counts and phase times it reports at the end."""
+from __future__ import annotations
+
+import time
+
+from .heartbeats import Heartbeats
+from .settings import TUNER_ID, TuneSettings
+from .storage import DbRetry, open_storage
+
+
+class TunerState:
+    def __init__(self, settings: TuneSettings, storage=None, log=print):
+        self.settings = settings
+        self.retry = DbRetry(settings.storage, settings.db_retries, settings.db_retry_s)
+        self.storage = storage or open_storage(settings.storage, settings.heartbeat_s, self.retry)
+        self.heartbeats = Heartbeats(self.storage, settings.heartbeat_s)
+        self.log = log
+        self.studies: dict[str, tuple] = {}
+        self.bucket_start: dict[str, float] = {}
+        self.claims_seen: dict[int, tuple[str, float]] = {}  # study id -> (claim value, first seen)
+        self.busy_said: set[str] = set()
+        self.trials_run = 0  # trials this worker ran to a recorded outcome (what the database counts)
+        self.confirmations = 0
+        self.finished: list[str] = []  # studies this worker finished and published
+        self.finished_elsewhere: list[str] = []
+        # Wall seconds by phase, for the report: where tuning time goes.
+        self.phase_s = {"prepare": 0.0, "trials": 0.0, "confirm": 0.0}
+        self.started = time.monotonic()
+
+    def timed(self, phase: str, fn, *args, **kwargs):
+        start = time.monotonic()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.phase_s[phase] += time.monotonic() - start
+
+    def db(self, fn, *args, **kwargs):
+        return self.retry.call(fn, *args, **kwargs)
+
+    def close(self):
+        self.heartbeats.close()
+
+    def report(self) -> str:
+        total = time.monotonic() - self.started
+        rest = total - sum(self.phase_s.values())
+        return (f"msa-tune: worker {TUNER_ID} ran {self.trials_run} trials and {self.confirmations} confirmations; "
+                f"finished {len(self.finished)} buckets here, {len(self.finished_elsewhere)} were finished by "
+                f"other workers or earlier runs\n"
+                f"msa-tune: {total:.0f} s = static checks and compiles {self.phase_s['prepare']:.0f} s + trials "
+                f"{self.phase_s['trials']:.0f} s + confirmations {self.phase_s['confirm']:.0f} s + search, "
+                f"database and waiting {rest:.0f} s")
