@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 1b4c94c6bf26651a83dbc3501cc802a0f1b215179fbf6d061058c31adc3c2901
+# inputs-sha256: bc8f754a90409f678f6029508c5d1883f7e0f796359a8dc510d2168b108d5600
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -145,24 +145,27 @@ def _msa_prefill_kernel(
             mask=row_ok[:, None] & (offs_k[None, :] < n_read_row[:, None]),
             other=-1,
         )
-        # The tile's entries in (token, entry) order, each token's first n_read only.
-        for te in range(0, n_tok):
+        # The tile's entries in (token, entry) order, each token's first n_read only. A page is loaded
+        # once per listing rank: the first time any token lists it, for every row that lists it
+        # (a row listing it twice gets it twice, as a per-token walk does, and no other row does).
+        for e in range(0, n_tok * topk):
+            te = e // topk
+            ke = e % topk
             n_te = tl.minimum(topk, tl.cdiv(tl.minimum(prefix + i0 + te + 1, seq_len), PAGE))
-            for ke in range(0, n_te):
+            if ke < n_te:  # never a load past the token's first n_read entries
                 blk = tl.load(tile_topk_ptr + te * stride_tk_t + ke * stride_tk_k)
                 live = (blk >= 0) & (blk < tile_blocks)  # block numbers, never positions (no int32 wrap)
                 blk = tl.where(live, blk, 0)
-                hit = (sel_rows == blk) & live
-                # Loaded already when an earlier entry of the tile (any token's) listed it.
-                before = (row_t[:, None] < te) | ((row_t[:, None] == te) & (offs_k[None, :] < ke))
-                earlier = tl.sum(tl.sum((hit & before).to(tl.int32), axis=1), axis=0)
-                picks = tl.sum(hit.to(tl.int32), axis=1)  # [BLOCK_M] times each row lists blk
-                n_vis_row = tl.where(picks > 0, kv_end_row - blk * PAGE, 0)
+                # Earlier listings of blk by token te (its entries before ke; L1-resident, not kept live).
+                before_ke = tl.load(tile_topk_ptr + te * stride_tk_t + offs_k * stride_tk_k, mask=offs_k < ke, other=-1)
+                rank = tl.sum((before_ke == blk).to(tl.int32), axis=0)
+                picks = tl.sum(((sel_rows == blk) & live).to(tl.int32), axis=1)  # [BLOCK_M] listings per row
+                # Applied already at an earlier token that lists it more than `rank` times.
+                earlier = tl.sum(((row_t < te) & (picks > rank)).to(tl.int32), axis=0)
+                n_vis_row = tl.where(picks > rank, kv_end_row - blk * PAGE, 0)
                 n_visible = tl.max(n_vis_row, axis=0)
                 if (earlier == 0) & (n_visible > 0):
                     page = tl.load(block_table_row_ptr + blk * stride_bt_b).to(tl.int64)
-                    # A row's scores gain log2(picks): -inf for rows that did not list blk.
-                    row_log2w = tl.where(picks > 0, tl.log2(tl.maximum(picks, 1).to(tl.float32)), float("-inf"))
                     for sub in tl.static_range(SUBTILES):
                         slot = sub * BLOCK_N + offs_n
                         cols = slot < n_visible
@@ -174,7 +177,7 @@ def _msa_prefill_kernel(
                         s = tl.dot(q, k.to(q.dtype))
                         # Per-token K scale folded into the [rows, BLOCK_N] score tile, not the K tile.
                         k_sc = tl.load(ks_row_ptr + (page * PAGE + slot) * stride_ks_t, mask=cols, other=0.0)
-                        s = s * (qk_scale * k_sc)[None, :] + row_log2w[:, None]
+                        s = s * (qk_scale * k_sc)[None, :]
                         s = tl.where(slot[None, :] < n_vis_row[:, None], s, float("-inf"))
                         m_new = tl.maximum(m_i, tl.max(s, axis=1))
                         # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
@@ -250,4 +253,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '1b4c94c6bf26651a83dbc3501cc802a0f1b215179fbf6d061058c31adc3c2901'
+INPUTS_SHA256 = 'bc8f754a90409f678f6029508c5d1883f7e0f796359a8dc510d2168b108d5600'

@@ -127,7 +127,7 @@ READS_ONE_MORE = {
         ("n_read = tl.minimum(topk, n_causal)", "n_read = tl.minimum(topk, n_causal + 1)"),
         ("mask=row_ok[:, None] & (offs_k[None, :] < n_read_row[:, None]),",
          "mask=row_ok[:, None] & (offs_k[None, :] < tl.minimum(n_read_row + 1, topk)[:, None]),"),
-        ("for ke in range(0, n_te):", "for ke in range(0, tl.minimum(n_te + 1, topk)):"),
+        ("if ke < n_te:", "if ke < tl.minimum(n_te + 1, topk):"),
     ],
 }
 
