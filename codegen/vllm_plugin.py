@@ -205,26 +205,34 @@ def _api_refused(kernel: str, exc: Exception) -> None:
               "%s refused a call, vLLM's kernel runs it: %s", kernel, exc)
 
 
+def _route(kernel: str, run_ours, run_vllm, q, kv_cache, topk_idx, num_kv_heads, k_scale, v_scale):
+    """One call: msa-tune's kernel (`run_ours(k_scale, v_scale, arch)`) where it serves the call,
+    else vLLM's (`run_vllm()`). Returns None like vLLM's: the result is in `output`."""
+    served = _serve(q, kv_cache, num_kv_heads, k_scale, v_scale)
+    if isinstance(served, tuple):
+        arch, mode, ks, vs = served
+        _say_table(kernel, arch, q, kv_cache, num_kv_heads, mode, topk_idx.shape[-1])
+        try:
+            with torch.no_grad():
+                run_ours(ks, vs, arch)
+            return None
+        except (ValueError, TypeError) as exc:
+            _api_refused(kernel, exc)
+    else:
+        _fallback_reason(kernel, served)
+    return run_vllm()
+
+
 def _prefill_wrapper(original):
     from .api import sparse_attn_prefill
 
     def minimax_m3_sparse_attn(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
                                max_query_len, num_kv_heads, sm_scale, output, k_scale=None, v_scale=None):
-        served = _serve(q, kv_cache, num_kv_heads, k_scale, v_scale)
-        if isinstance(served, tuple):
-            arch, mode, ks, vs = served
-            _say_table("prefill", arch, q, kv_cache, num_kv_heads, mode, topk_idx.shape[-1])
-            try:
-                with torch.no_grad():
-                    sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
-                                        max_query_len, num_kv_heads, sm_scale, output, ks, vs, arch=arch)
-                return None  # like vLLM's: the result is in `output`
-            except (ValueError, TypeError) as exc:
-                _api_refused("prefill", exc)
-        else:
-            _fallback_reason("prefill", served)
-        return original(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
-                        num_kv_heads, sm_scale, output, k_scale=k_scale, v_scale=v_scale)
+        common = (q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
+                  num_kv_heads, sm_scale, output)
+        return _route("prefill", lambda ks, vs, arch: sparse_attn_prefill(*common, ks, vs, arch=arch),
+                      lambda: original(*common, k_scale=k_scale, v_scale=v_scale),
+                      q, kv_cache, topk_idx, num_kv_heads, k_scale, v_scale)
 
     return minimax_m3_sparse_attn
 
@@ -234,21 +242,10 @@ def _decode_wrapper(original):
 
     def minimax_m3_sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
                                       output, decode_query_len, k_scale=None, v_scale=None):
-        served = _serve(q, kv_cache, num_kv_heads, k_scale, v_scale)
-        if isinstance(served, tuple):
-            arch, mode, ks, vs = served
-            _say_table("decode", arch, q, kv_cache, num_kv_heads, mode, topk_idx.shape[-1])
-            try:
-                with torch.no_grad():
-                    sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
-                                       output, decode_query_len, ks, vs, arch=arch)
-                return None
-            except (ValueError, TypeError) as exc:
-                _api_refused("decode", exc)
-        else:
-            _fallback_reason("decode", served)
-        return original(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
-                        decode_query_len, k_scale=k_scale, v_scale=v_scale)
+        common = (q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output, decode_query_len)
+        return _route("decode", lambda ks, vs, arch: sparse_attn_decode(*common, ks, vs, arch=arch),
+                      lambda: original(*common, k_scale=k_scale, v_scale=v_scale),
+                      q, kv_cache, topk_idx, num_kv_heads, k_scale, v_scale)
 
     return minimax_m3_sparse_attn_decode
 

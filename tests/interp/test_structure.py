@@ -1,6 +1,6 @@
 """The project's import graph, read from the source with ast (nothing is imported): imports go one
 way, templates -> codegen -> generated -> runtime, with the tuner (codegen.tuning, tune.py) and the
-static gate (codegen.static) as clients of that stack and of one launch description
+static gate (codegen.static) and the vLLM plugin (codegen.vllm_plugin) as clients of that stack and of one launch description
 (codegen.shapes), never imported back; no module grows past ~400 lines without saying why."""
 import ast
 import os
@@ -11,7 +11,8 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MAX_LINES = 400
 RUNTIME = ("codegen.api", "codegen.loader", "codegen.modules")
-CLIENT_PACKAGES = ("codegen.tuning", "codegen.static")
+# The tuner, the static gate and the vLLM plugin (with its import hook) use the runtime; it never uses them.
+CLIENT_PACKAGES = ("codegen.tuning", "codegen.static", "codegen.vllm_plugin", "codegen.vllm_hook")
 
 
 def _modules() -> dict[str, tuple[pathlib.Path, bool]]:
