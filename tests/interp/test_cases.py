@@ -1,4 +1,5 @@
 """The serving-like inputs have the properties the gates rely on."""
+import pytest
 import torch
 
 from codegen import cases
@@ -9,25 +10,46 @@ def _rows(case):
     return case.args["topk_idx"]
 
 
-def test_prefill_selection_properties():
+@pytest.mark.parametrize("tail", ["own", "-1"])
+def test_prefill_selection_properties(tail):
     case = cases.prefill_case(arch="sm90", q_lens=[50, 3], prefix_lens=[2000, 0], num_q_heads=4, num_kv_heads=2,
-                              head_dim=32, topk=8, seed=5, future_prob=0.5)
+                              head_dim=32, topk=8, seed=5, future_prob=0.5, tail=tail)
     topk, cu = _rows(case), case.args["cu_seqlens_q"].tolist()
     assert not topk.is_contiguous(), "transposed view expected"
     assert not case.args["kv_cache"].is_contiguous(), "token-major strided cache expected"
-    saw_future = saw_padding = False
+    saw_future = saw_tail = False
     for req, prefix in enumerate(case.args["prefix_lens"].tolist()):
         for t in range(cu[req], cu[req + 1]):
             own = (prefix + t - cu[req]) // PAGE_SIZE
+            n = min(topk.shape[2], own + 1)  # the entries a token reads (docs/contract.md)
             for g in range(topk.shape[0]):
                 ids = topk[g, t].tolist()
-                valid = [i for i in ids if i >= 0]
-                assert ids[: len(valid)] == valid, "-1 only pads the tail"
-                assert own in valid and len(set(valid)) == len(valid)
-                assert all(i < own or i == own + 1 for i in valid if i != own)
-                saw_future |= own + 1 in valid
-                saw_padding |= len(valid) < len(ids)
-    assert saw_future and saw_padding
+                read, rest = ids[:n], ids[n:]
+                assert own in read and len(set(read)) == len(read), "the own block and distinct others"
+                assert all(0 <= i < own or i == own + 1 for i in read if i != own)
+                assert rest == [own if tail == "own" else -1] * len(rest), "the tail as asked"
+                saw_future |= own + 1 in read
+                saw_tail |= bool(rest)
+    assert saw_future and saw_tail
+
+
+def test_tails_and_inner_junk():
+    """Every tail kind fills only the entries past n; inner junk only ids that count nothing."""
+    kw = dict(arch="sm90", q_lens=[40], prefix_lens=[200], num_q_heads=2, num_kv_heads=1, head_dim=16, topk=8,
+              seed=1, future_prob=0.0)
+    base = cases.prefill_case(**kw).args["topk_idx"]
+    n = torch.clamp((200 + torch.arange(40)) // PAGE_SIZE + 1, max=8)
+    read = torch.arange(8)[None, None, :] < n[None, :, None]
+    for tail in cases.TAILS:
+        ids = cases.prefill_case(**kw, tail=tail).args["topk_idx"]
+        assert torch.equal(ids[read], base[read]), tail
+    assert (cases.prefill_case(**kw, tail="max").args["topk_idx"][~read] == 2 ** 31 - 1).all()
+    assert (cases.prefill_case(**kw, tail="past").args["topk_idx"][~read] >= 2).all()  # 240 keys: blocks 0, 1
+    junk = cases.prefill_case(**kw, inner_junk=0.5).args["topk_idx"][read]
+    changed = junk != base[read]
+    assert changed.any() and ((junk[changed] < 0) | (junk[changed] >= 2)).all()
+    with pytest.raises(ValueError, match="tail: expected one of"):
+        cases.prefill_case(**kw, tail="zeros")
 
 
 def test_decode_padded_rows_hold_garbage_and_pages_are_shuffled():
