@@ -17,6 +17,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from codegen import cases  # noqa: E402
+from codegen.reference import read_mask  # noqa: E402
 from codegen.selection import tile_inflation  # noqa: E402
 from codegen.variants import PAGE_SIZE  # noqa: E402
 
@@ -30,7 +31,7 @@ def overlap(pattern: str, prefix: int, tokens: int = 8192, num_kv_heads: int = 4
     # The entries a token reads (its first min(k, p // 128 + 1)) that name a block it may see.
     pos = prefix + torch.arange(total)
     own = (pos // PAGE_SIZE)[None, :, None]
-    picks = (torch.arange(k)[None, None, :] < torch.clamp(own + 1, max=k)) & (topk >= 0) & (topk <= own)
+    picks = read_mask(pos + 1, k)[None] & (topk >= 0) & (topk <= own)
     lines = []
     for bt in block_ts:
         tiles = total // bt

@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from .reference import read_mask
 from .shapes import torch_dtype
 from .variants import PAGE_SIZE
 
@@ -125,7 +126,7 @@ def _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, 
     ids = torch.gather(ids, -1, key.argsort(dim=-1))
     shape = ids.shape
     blocks = blocks_of_req[req_of_row][None, :, None]
-    read = torch.arange(topk, device=dev)[None, None, :] < torch.clamp(own + 1, max=topk)
+    read = read_mask(q_pos + 1, topk)[None]  # [1, T, topk]: the entries each row's token reads
     ids = torch.where(read, ids, _junk_ids(gen, tail, shape, own, blocks, dev))
     if inner_junk:
         junk = _junk_ids(gen, "mixed", shape, own, blocks, dev)

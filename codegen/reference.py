@@ -39,6 +39,13 @@ def entries_read(topk: int, kv_len: int) -> int:
     return min(topk, -(-max(kv_len, 0) // PAGE_SIZE))
 
 
+def read_mask(kv_len: torch.Tensor, topk: int) -> torch.Tensor:
+    """entries_read over tensors: [..., topk] bool, True for the entries of each token's row that it
+    reads (`kv_len` [...], position + 1 per token; 0 or less reads nothing)."""
+    n_read = torch.clamp((kv_len.clamp_min(0) + PAGE_SIZE - 1) // PAGE_SIZE, max=topk)
+    return torch.arange(topk, device=kv_len.device) < n_read[..., None]
+
+
 def _attend_token(out, q, k, v, topk_idx, block_table, t: int, req: int, kv_len: int, seq_len: int,
                   sm_scale: float):
     """Writes out[t] = softmax(q[t] . K * sm_scale) @ V over the keys token t may see: those of its
@@ -129,15 +136,14 @@ def reference_batched(case_kernel: str, args: dict, *, dtype=torch.float32, chun
     out = torch.zeros(q.shape, dtype=dtype, device=device)
     slots = torch.arange(PAGE_SIZE, device=device)
     heads = torch.arange(num_kv_heads, device=device)
-    entries = torch.arange(topk, device=device)
-    # The same rule as entries_read / _attend_token, per token: the first n = min(topk,
-    # cdiv(kv_len, 128)) entries, each counted only if it is one of the request's blocks.
-    n_read = torch.clamp((kv_end.clamp_min(0) + PAGE_SIZE - 1) // PAGE_SIZE, max=topk)
+    # The same rule as _attend_token, per token: the first n = min(topk, cdiv(kv_len, 128))
+    # entries (read_mask), each counted only if it is one of the request's blocks.
+    read = read_mask(kv_end, topk)  # [total_q, topk]
     request_blocks = (args["seq_lens"].long()[req] + PAGE_SIZE - 1) // PAGE_SIZE
     for lo in range(0, len(req), chunk_tokens):
         t = torch.arange(lo, min(lo + chunk_tokens, len(req)), device=device)
         blk = topk_idx[:, t].permute(1, 0, 2).long()  # [T, Hkv, topk]
-        valid = (entries < n_read[t][:, None])[:, None, :] & (blk >= 0) & (blk < request_blocks[t][:, None, None])
+        valid = read[t][:, None, :] & (blk >= 0) & (blk < request_blocks[t][:, None, None])
         blk = torch.where(valid, blk, 0)  # never an index outside the request's blocks
         page = block_table[req[t][:, None, None], blk].long()  # [T, Hkv, topk]
         pos = blk[..., None] * PAGE_SIZE + slots  # [T, Hkv, topk, 128]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from .reference import read_mask
 from .variants import PAGE_SIZE
 
 SELECTIONS = ("tiled", "per_token", "auto")
@@ -70,10 +71,8 @@ def tile_inflation(topk_idx: torch.Tensor, block_t: int, cu_seqlens_q: torch.Ten
     starts = torch.arange(samples, device=device) * num_tiles // samples * block_t
     tokens = (starts[:, None] + torch.arange(block_t, device=device)[None, :]).reshape(-1)
     req, pos = _token_positions(cu_seqlens_q, prefix_lens, tokens)
-    n_read = torch.clamp(pos // PAGE_SIZE + 1, max=topk)  # [tokens]
     ids = topk_idx[:, tokens, :].long()  # [Hkv, tokens, topk]
-    read = torch.arange(topk, device=device)[None, None, :] < n_read[None, :, None]
-    picked = read & (ids >= 0) & (ids <= (pos // PAGE_SIZE)[None, :, None])
+    picked = read_mask(pos + 1, topk)[None] & (ids >= 0) & (ids <= (pos // PAGE_SIZE)[None, :, None])
     # A page is (request, block): the same id in two requests is two pages. -1 marks a non-pick.
     keys = torch.where(picked, req[None, :, None] * (1 << 32) + ids, -1)
     keys = keys.reshape(num_kv_heads * samples, block_t * topk).sort(dim=-1).values

@@ -4,20 +4,19 @@ from __future__ import annotations
 import torch
 
 from .cases import Case
-from .reference import token_rows
+from .reference import read_mask, token_rows
 from .variants import PAGE_SIZE
 
 
 def visible_keys(case: Case) -> torch.Tensor:
     """[Hkv, total_q] number of keys each (KV head, query row) attends to: those of the entries a
-    token reads (its first min(topk, cdiv(kv_len, 128)), reference.entries_read) at positions
+    token reads (its first min(topk, cdiv(kv_len, 128)), reference.read_mask) at positions
     before kv_len; other entries, padded rows and invisible keys count nothing."""
     topk = case.args["topk_idx"]
     req, kv_end_real = token_rows(case.kernel, case.args)
     kv_end = torch.zeros(topk.shape[1], dtype=torch.long, device=topk.device)  # padded rows see nothing
     kv_end[: len(req)] = kv_end_real
-    n_read = torch.clamp((kv_end.clamp_min(0) + PAGE_SIZE - 1) // PAGE_SIZE, max=topk.shape[2])
-    read = torch.arange(topk.shape[2], device=topk.device)[None, None, :] < n_read[None, :, None]
+    read = read_mask(kv_end, topk.shape[2])[None]  # [1, total_q, topk]
     blk = topk.long()
     per_block = (kv_end[None, :, None] - blk * PAGE_SIZE).clamp(0, PAGE_SIZE)
     per_block = torch.where(read & (blk >= 0), per_block, 0)
