@@ -24,14 +24,15 @@ def _check_fold(fold_scales, scale_mode: str) -> None:
                          f"these arguments are scale mode {scale_mode!r}")
 
 
-def _device_name(device: torch.device) -> str:
+def device_name(device: torch.device) -> str:
+    """The name the tuned-config files are keyed by: the GPU's, or "cpu-interpreter" on a CPU."""
     return "cpu-interpreter" if device.type == "cpu" else torch.cuda.get_device_name(device)
 
 
 def _resolve_config(config, *, kernel, arch, scale_mode, q, kv_cache, num_kv_heads, topk,
                     per_token=False) -> LaunchConfig:
     if config is None:
-        config = get_config(kernel, arch, _device_name(q.device), scale_mode, tuned_store.kv_dtype_name(kv_cache.dtype),
+        config = get_config(kernel, arch, device_name(q.device), scale_mode, tuned_store.kv_dtype_name(kv_cache.dtype),
                             q.shape[1], num_kv_heads, q.shape[0], topk, per_token=per_token).config
     elif isinstance(config, Mapping):
         config = LaunchConfig.from_dict(config)

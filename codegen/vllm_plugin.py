@@ -23,6 +23,7 @@ import threading
 
 import torch
 
+from .variants import get_arch
 from .vllm_hook import PackagePatcher
 
 ENV_SWITCH = "MSA_TUNE_VLLM"
@@ -126,17 +127,6 @@ def _arch(device: torch.device) -> str:
     return arch
 
 
-_fp8_of_arch: dict = {}
-
-
-def _fp8_dtype(arch: str) -> torch.dtype:
-    if arch not in _fp8_of_arch:
-        from .variants import get_arch
-
-        _fp8_of_arch[arch] = get_arch(arch).fp8_dtype
-    return _fp8_of_arch[arch]
-
-
 def _serve(q, kv_cache, num_kv_heads, k_scale, v_scale):
     """(arch, scale mode, k_scale, v_scale) when msa-tune serves this call, else the reason it
     does not. Checks dtypes and shapes only: no device sync, the same answer in a CUDA graph."""
@@ -144,7 +134,7 @@ def _serve(q, kv_cache, num_kv_heads, k_scale, v_scale):
         arch = _arch(q.device)
     except Exception as exc:  # ValueError: a GPU msa-tune has no kernels for
         return f"{type(exc).__name__}: {exc}"
-    fp8 = _fp8_dtype(arch)
+    fp8 = get_arch(arch).fp8_dtype
     if kv_cache.dtype not in (torch.bfloat16, torch.float16, fp8):
         return f"KV cache dtype {kv_cache.dtype} (msa-tune serves bf16, fp16 and {fp8} on {arch})"
     if q.dtype not in (torch.bfloat16, torch.float16, torch.float32):
@@ -167,10 +157,6 @@ def _serve(q, kv_cache, num_kv_heads, k_scale, v_scale):
             f"or [num_kv_heads, >= num_blocks*128])")
 
 
-def _device_name(device: torch.device) -> str:
-    return "cpu-interpreter" if device.type == "cpu" else torch.cuda.get_device_name(device)
-
-
 def _say_table(kernel, arch, q, kv_cache, num_kv_heads, scale_mode, topk) -> None:
     """Once per tuned table: which file and table serve this GPU, tuned or the arch default."""
     key = ("table", kernel, q.device, scale_mode, kv_cache.dtype, q.shape[1], num_kv_heads)
@@ -178,9 +164,10 @@ def _say_table(kernel, arch, q, kv_cache, num_kv_heads, scale_mode, topk) -> Non
         return
     try:
         from . import get_config
+        from .api import device_name
         from .tuned_store import kv_dtype_name
 
-        device = _device_name(q.device)
+        device = device_name(q.device)
         kv = kv_dtype_name(kv_cache.dtype)
         choice = get_config(kernel, arch, device, scale_mode, kv, q.shape[1], num_kv_heads, q.shape[0], topk)
         what = "tuned" if choice.is_tuned else "the arch default"

@@ -188,7 +188,7 @@ def test_the_api_lookup_finds_tuned_tables(config_dir, monkeypatch):
     with pytest.raises(TypeError, match="kv_cache: expected an fp8, bf16 or fp16 dtype"):
         tuned_store.kv_dtype_name(torch.float32)
     _write(config_dir, _doc())
-    monkeypatch.setattr(api, "_device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(api, "device_name", lambda device: "NVIDIA H200")
     q = torch.zeros(16, 16, 128)
     kv_cache = torch.zeros(4, 1, 128, 256, dtype=torch.float8_e4m3fn)
     config = api._resolve_config(None, kernel="decode", arch="sm90", scale_mode="scalar", q=q, kv_cache=kv_cache,
