@@ -84,6 +84,7 @@ def _check(args) -> None:
     """Every check that needs neither a GPU nor a database; raises ValueError naming the argument."""
     from codegen.configs import LaunchConfig
     from codegen.tuning import argparsing as A
+    from codegen.validate import HEAD_DIM_RULE, head_dim_ok
     from codegen.variants import ARCHS
 
     archs = sorted(ARCHS)
@@ -94,7 +95,8 @@ def _check(args) -> None:
     if args.arch == "auto" and args.write_defaults:
         raise ValueError(f"--arch: --write-defaults needs one of {archs}")
     A.at_least("--trials", args.trials, 1, what="an integer")
-    A.power_of_two("--head-dim", args.head_dim, 16)
+    if not head_dim_ok(args.head_dim):
+        raise ValueError(f"--head-dim: expected {HEAD_DIM_RULE}, got {args.head_dim}")
     A.at_least("--topk", args.topk, 1, what="an integer")
     A.at_least("--decode-context", args.decode_context, 1, what="an integer")
     A.at_least("--prefill-prefix", args.prefill_prefix, 0, what="an integer")

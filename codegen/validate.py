@@ -37,6 +37,14 @@ def check_shape(name: str, x: torch.Tensor, expected: tuple, layout: str) -> Non
         raise ValueError(f"{name}: expected shape {tuple(expected)} {layout}, got {tuple(x.shape)}")
 
 
+HEAD_DIM_RULE = "a power of two >= 16"  # the kernels' tl.arange over head_dim
+
+
+def head_dim_ok(head_dim: int) -> bool:
+    """Whether the kernels take this head_dim (HEAD_DIM_RULE)."""
+    return head_dim >= 16 and not head_dim & (head_dim - 1)
+
+
 def check_int(name: str, value, *, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
@@ -113,8 +121,8 @@ def check_common(arch: str | None, q, kv_cache, topk_idx, block_table, num_kv_he
     num_kv_heads = check_int("num_kv_heads", num_kv_heads, minimum=1)
     if num_q_heads % num_kv_heads:
         raise ValueError(f"num_kv_heads: must divide the {num_q_heads} query heads of q, got {num_kv_heads}")
-    if head_dim < 16 or head_dim & (head_dim - 1):
-        raise ValueError(f"q: expected head_dim a power of two >= 16, got {head_dim}")
+    if not head_dim_ok(head_dim):
+        raise ValueError(f"q: expected head_dim {HEAD_DIM_RULE}, got {head_dim}")
     check_sm_scale(sm_scale)
 
     fp8 = get_arch(arch).fp8_dtype

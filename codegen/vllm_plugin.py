@@ -23,6 +23,7 @@ import threading
 
 import torch
 
+from .validate import HEAD_DIM_RULE, head_dim_ok
 from .variants import get_arch
 from .vllm_hook import PackagePatcher
 
@@ -140,8 +141,8 @@ def _serve(q, kv_cache, num_kv_heads, k_scale, v_scale):
     if q.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         return f"query dtype {q.dtype}"
     head_dim = q.shape[-1]
-    if head_dim < 16 or head_dim & (head_dim - 1):
-        return f"head_dim {head_dim} (msa-tune needs a power of two >= 16)"
+    if not head_dim_ok(head_dim):
+        return f"head_dim {head_dim} (msa-tune needs {HEAD_DIM_RULE})"
     if kv_cache.dtype != fp8 or (k_scale is None and v_scale is None):
         return arch, "none", None, None  # vLLM ignores scales on a 16-bit cache
     if k_scale is None or v_scale is None:

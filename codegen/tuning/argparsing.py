@@ -23,11 +23,6 @@ def above(name: str, value, low, *, what: str = "a number") -> None:
         raise ValueError(f"{name}: expected {what} > {low}, got {value}")
 
 
-def power_of_two(name: str, value: int, low: int) -> None:
-    if value < low or value & (value - 1):
-        raise ValueError(f"{name}: expected a power of two >= {low}, got {value}")
-
-
 def database_url(name: str, url: str | None) -> None:
     """A URL SQLAlchemy can parse (whether the database answers is found out later, with retries)."""
     if url is None:
