@@ -5,6 +5,10 @@
 #   .snap    the change (git archive of the commit under test)
 #   .before  the previous main's kernels and API, with this change's harness (inputs, references,
 #            floors, bench.py with its accuracy column), so both sides get the very same inputs.
+# Made here (CPU) before the call, and carried (`carry: [".snap", ".before"]`):
+#   git archive HEAD | tar -x -C .snap --exclude=tune_studies --exclude=results
+#   git archive 7ae2931 | tar -x -C .before --exclude=tune_studies --exclude=results
+#   for f in codegen/{workload,cases,reference,accuracy,shapes}.py benchmarks/bench.py; do cp $f .before/$f; done
 # Columns: after (new kernels, vLLM's tails), before_own (old kernels, the same inputs: what a vLLM
 # user got), before_neg1 (old kernels on -1 tails: the inputs they were tuned and correct on).
 #   bash scripts/h200_contract_run.sh TEST_SECONDS BENCH_SECONDS_PER_RUN

@@ -83,7 +83,7 @@ def test_tails_do_not_change_the_result():
     assert torch.equal(outs[0], outs[1])
 
 
-def _tiny_prefill(rows, prefix, seq_extra=0):
+def _tiny_prefill(rows, prefix):
     """One request, Hq = Hkv = 1, D = 16: len(rows) tokens after `prefix`, rows given verbatim."""
     case = cases.prefill_case(arch="sm90", q_lens=[len(rows)], prefix_lens=[prefix], num_q_heads=1,
                               num_kv_heads=1, head_dim=16, topk=len(rows[0]), seed=9, future_prob=0.0)
