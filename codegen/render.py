@@ -48,7 +48,7 @@ def _environment() -> jinja2.Environment:
 def template_params(variant: Variant) -> dict:
     """Everything a template may read: already-formatted values, no logic needed to place them."""
     spec = get_arch(variant.arch)
-    return {
+    params = {
         "arch": spec.name,
         "scale_mode": variant.scale_mode,
         "page_size": PAGE_SIZE,
@@ -56,6 +56,11 @@ def template_params(variant: Variant) -> dict:
         "amd_knobs": spec.amd_knobs,
         "fold_scales": variant.fold_scales,
     }
+    if variant.kernel == "decode_split":
+        # Only the template that reads it: a parameter is part of every variant's input hash, and
+        # one added for decode must not stale the prefill tables.
+        params["kv_tma"] = spec.kv_tma
+    return params
 
 
 def template_sources(env: jinja2.Environment, name: str) -> list[str]:

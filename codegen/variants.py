@@ -26,6 +26,7 @@ class ArchSpec:
     fp8_dtype: torch.dtype  # the fp8 KV-cache element type this arch's hardware converts natively
     use_pdl: bool  # programmatic dependent launch (Hopper): the merge kernel's prologue overlaps
     amd_knobs: bool  # waves_per_eu / matrix_instr_nonkdim / kpack are launch options
+    kv_tma: bool  # the decode kernel reads K/V pages through TMA descriptors (Hopper's copy engine)
     shared_mem_bytes: int  # per block (sm90) or workgroup LDS (gfx942): limit for configs
 
 
@@ -35,6 +36,7 @@ ARCHS: dict[str, ArchSpec] = {
         fp8_dtype=torch.float8_e4m3fn,
         use_pdl=True,
         amd_knobs=False,
+        kv_tma=True,
         shared_mem_bytes=227 * 1024,
     ),
     "gfx942": ArchSpec(
@@ -42,6 +44,7 @@ ARCHS: dict[str, ArchSpec] = {
         fp8_dtype=torch.float8_e4m3fnuz,
         use_pdl=False,
         amd_knobs=True,
+        kv_tma=False,
         shared_mem_bytes=64 * 1024,
     ),
 }

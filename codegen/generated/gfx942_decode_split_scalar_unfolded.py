@@ -1,7 +1,9 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: d9488c2cfe9127cf21450cb3a9fa39003fc7927a24ec05546e322785056868ef
+# inputs-sha256: 8c2b293afe59a004db95dd8dbace29d4c7c34e9cbdd1c7acc910265810b003c6
+
+
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -23,7 +25,7 @@ PAGE = 128
 @triton.jit
 def _msa_decode_split_kernel(
     # tensors
-    q_ptr, kv_ptr, topk_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, token_to_req_ptr,
+    q_ptr, kv_ptr, kv_desc, topk_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, token_to_req_ptr,
     out_ptr, part_o_ptr, part_lse_ptr, counter_ptr,
     k_scale_ptr, v_scale_ptr,  # one fp32 element each, read on the device (graph-capturable)
     # scalars
@@ -38,6 +40,7 @@ def _msa_decode_split_kernel(
     GQA: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, TOPK_P2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
     FUSED_MERGE: tl.constexpr, KV_UPCAST: tl.constexpr, VARLEN: tl.constexpr, USE_PDL: tl.constexpr,
+    KV_TMA: tl.constexpr, KEYS_ON_M: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     t = tl.program_id(0).to(tl.int64)
@@ -84,6 +87,7 @@ def _msa_decode_split_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     kv_head_ptr = kv_ptr + g * stride_kv_h
+    qT = tl.trans(q)
     topk_row_ptr = topk_ptr + g * stride_tk_h + t * stride_tk_t
     n_causal = tl.cdiv(tl.maximum(kv_end, 0), PAGE)
     n_read = tl.minimum(topk, n_causal)
@@ -91,38 +95,48 @@ def _msa_decode_split_kernel(
     blk_hi = tl.minimum(blk_lo + blocks_per_split, n_read)
     for it in range(blk_lo * SUBTILES, blk_hi * SUBTILES):
         blk = tl.load(topk_row_ptr + (it // SUBTILES) * stride_tk_k)
-        slot = (it % SUBTILES) * BLOCK_N + offs_n  # offset inside the page
+        sub = (it % SUBTILES) * BLOCK_N  # first slot of this slice inside the page
         # Block numbers are compared, never positions: blk * PAGE wraps int32 for ids near 2**31.
         # An id outside the causal blocks reads block-table entry 0 under a false mask: nothing.
         live = (blk >= 0) & (blk < n_causal)
         blk = tl.where(live, blk, 0)
-        # Visible slots of this page, one vector compare (a scalar & vector mask trips the triton
-        # 3.9 interpreter).
         n_visible = tl.where(live, kv_end - blk * PAGE, 0)
-        page = tl.load(block_table_row_ptr + blk * stride_bt_b, mask=live, other=0).to(tl.int64)
-        visible = slot < n_visible
-        slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
-        # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
-        k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=visible[None, :], other=0.0)
-        k = (k.to(tl.float32) * k_scale).to(q.dtype)
-        if KV_UPCAST == 1:
-            k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
-        s = tl.dot(q, k.to(q.dtype))
-        s = s * qk_scale
-        s = tl.where(visible[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
-        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_shift)
-        p = tl.exp2(s - m_shift[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(
-            slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0
-        )
+        page = tl.load(block_table_row_ptr + blk * stride_bt_b, mask=live, other=0)
+        visible = sub + offs_n < n_visible
+        slot_ptr = kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n) * stride_kv_t
+        k = tl.load(slot_ptr[:, None] + offs_d[None, :] * stride_kv_d, mask=visible[:, None], other=0.0)
+        v = tl.load(slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+        k = (k.to(tl.float32) * k_scale).to(q.dtype)  # unfolded baseline: every element scaled
         v = (v.to(tl.float32) * v_scale).to(q.dtype)
         if KV_UPCAST == 1:
+            k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
             v = v.to(tl.float32)
-        pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
+        k = k.to(q.dtype)
+        # Slots past the visible end may hold anything, NaN included (a TMA box reads them all):
+        # p = 0 there, but 0 * NaN would reach the accumulator, so V is zeroed too.
+        v = tl.where(visible[:, None], v.to(q.dtype), 0.0)
+        if KEYS_ON_M:
+            # Keys on the MMA's M, the group's heads on N: sT is [BLOCK_N, BLOCK_M].
+            sT = tl.dot(k, qT)
+            sT = sT * qk_scale
+            sT = tl.where(visible[:, None], sT, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(sT, axis=0))
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_shift)
+            pT = tl.exp2(sT - m_shift[None, :])
+            l_i = l_i * alpha + tl.sum(pT, axis=0)
+            p = tl.trans(pT)
+        else:
+            s = tl.dot(q, tl.trans(k))
+            s = s * qk_scale
+            s = tl.where(visible[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            # A row that has seen no visible key keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_shift)
+            p = tl.exp2(s - m_shift[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+        pv = tl.dot(p.to(q.dtype), v)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
     if NUM_SPLITS == 1:
@@ -178,14 +192,33 @@ def _msa_decode_split_kernel(
 KERNEL = _msa_decode_split_kernel
 
 
-def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=False, use_pdl=False, **_):
+# Orientation of the score product (probe switch while both are measured).
+KEYS_ON_M = False
+
+
+def kv_tma_ok(kv_cache, head_dim):
+    """Whether the cache can be read through a TMA descriptor: unit stride on the last axis,
+    16-byte-aligned base and strides, a row of at least 16 bytes (else plain loads)."""
+    return False  # gfx942 has no TMA
+
+
+def kv_descriptor(kv_cache, head_dim, block_n):
+    """The TMA descriptor over the 4-D cache (all four strides honoured) whose box is one
+    BLOCK_N x HEAD_DIM slice of a (page, KV head)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor(kv_cache, list(kv_cache.shape), list(kv_cache.stride()), [1, 1, block_n, head_dim])
+
+
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=False, use_pdl=False, kv_tma=False,
+               **_):
     """The kernel's compile-time parameters for a shape and config (shared with the static checks)."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
                 NUM_SPLITS=config.num_splits, SPLITS_P2=triton.next_power_of_2(config.num_splits),
                 FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1), KV_UPCAST=config.kv_upcast,
-                VARLEN=varlen, USE_PDL=False)
+                VARLEN=varlen, USE_PDL=False, KV_TMA=kv_tma, KEYS_ON_M=KEYS_ON_M)
 
 
 def options(config):
@@ -218,8 +251,9 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         raise ValueError(f"counters: a fused merge needs >= {total_q * num_kv_heads} zeroed int32 arrival counters")
     varlen = query_start_loc is not None
     grid = (total_q, num_kv_heads, num_splits)
+    kv_tma = kv_tma_ok(kv_cache, head_dim)
     _msa_decode_split_kernel[grid](
-        q, kv_cache, topk_idx, block_table, seq_lens,
+        q, kv_cache, kv_descriptor(kv_cache, head_dim, config.block_n) if kv_tma else kv_cache, topk_idx, block_table, seq_lens,
         query_start_loc if varlen else seq_lens, token_to_req_indices if varlen else seq_lens,
         output, part_o, part_lse, counters if fused else seq_lens,
         k_scale, v_scale,
@@ -227,9 +261,9 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         triton.cdiv(topk, num_splits),
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
         **constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, topk=topk,
-                     config=config, varlen=varlen, use_pdl=use_pdl),
+                     config=config, varlen=varlen, use_pdl=use_pdl, kv_tma=kv_tma),
         **options(config),
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'd9488c2cfe9127cf21450cb3a9fa39003fc7927a24ec05546e322785056868ef'
+INPUTS_SHA256 = '8c2b293afe59a004db95dd8dbace29d4c7c34e9cbdd1c7acc910265810b003c6'

@@ -1,7 +1,9 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 6fe79658e4700445d1d03a8ee4a9e566850b23fd510fc948b86110d33947aedc
+# inputs-sha256: 25ceb65911fcfb699f7aed65418630878005271a5ac474305c34c14043bafb51
+
+
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -23,7 +25,7 @@ PAGE = 128
 @triton.jit
 def _msa_decode_split_kernel(
     # tensors
-    q_ptr, kv_ptr, topk_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, token_to_req_ptr,
+    q_ptr, kv_ptr, kv_desc, topk_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, token_to_req_ptr,
     out_ptr, part_o_ptr, part_lse_ptr, counter_ptr,
     k_scale_ptr, v_scale_ptr,  # fp32 [Hkv, max_kv_tokens], indexed by physical slot
     # scalars
@@ -39,10 +41,14 @@ def _msa_decode_split_kernel(
     GQA: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, TOPK_P2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
     FUSED_MERGE: tl.constexpr, KV_UPCAST: tl.constexpr, VARLEN: tl.constexpr, USE_PDL: tl.constexpr,
+    KV_TMA: tl.constexpr, KEYS_ON_M: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     if USE_PDL:
-        # Let the merge kernel's programs start their prologue; it waits for our writes itself.
+        # Inputs may come from the kernel launched before this one: wait for it to finish (it may
+        # have let this grid launch early). Then let the merge kernel, or the next call's split
+        # kernel, start its prologue: it waits for this grid's writes itself.
+        tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1)
@@ -87,6 +93,7 @@ def _msa_decode_split_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     kv_head_ptr = kv_ptr + g * stride_kv_h
+    qT = tl.trans(q)
     topk_row_ptr = topk_ptr + g * stride_tk_h + t * stride_tk_t
     n_causal = tl.cdiv(tl.maximum(kv_end, 0), PAGE)
     n_read = tl.minimum(topk, n_causal)
@@ -94,48 +101,71 @@ def _msa_decode_split_kernel(
     blk_hi = tl.minimum(blk_lo + blocks_per_split, n_read)
     for it in range(blk_lo * SUBTILES, blk_hi * SUBTILES):
         blk = tl.load(topk_row_ptr + (it // SUBTILES) * stride_tk_k)
-        slot = (it % SUBTILES) * BLOCK_N + offs_n  # offset inside the page
+        sub = (it % SUBTILES) * BLOCK_N  # first slot of this slice inside the page
         # Block numbers are compared, never positions: blk * PAGE wraps int32 for ids near 2**31.
         # An id outside the causal blocks reads block-table entry 0 under a false mask: nothing.
         live = (blk >= 0) & (blk < n_causal)
         blk = tl.where(live, blk, 0)
-        # Visible slots of this page, one vector compare (a scalar & vector mask trips the triton
-        # 3.9 interpreter).
         n_visible = tl.where(live, kv_end - blk * PAGE, 0)
-        page = tl.load(block_table_row_ptr + blk * stride_bt_b, mask=live, other=0).to(tl.int64)
-        visible = slot < n_visible
-        slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
-        # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
-        k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=visible[None, :], other=0.0)
+        page = tl.load(block_table_row_ptr + blk * stride_bt_b, mask=live, other=0)
+        visible = sub + offs_n < n_visible
+        if KV_TMA:
+            # One TMA box per operand (K at column 0, V at HEAD_DIM), prefetched by the pipeliner.
+            # It reads every slot of the slice; `visible` masks the scores and V below.
+            k = kv_desc.load([page, g, sub.to(tl.int32), 0]).reshape(BLOCK_N, HEAD_DIM)
+            v = kv_desc.load([page, g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
+        else:
+            slot_ptr = kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n) * stride_kv_t
+            k = tl.load(slot_ptr[:, None] + offs_d[None, :] * stride_kv_d, mask=visible[:, None], other=0.0)
+            v = tl.load(slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+        scale_slot = page.to(tl.int64) * PAGE + sub + offs_n
+        k_sc = tl.load(ks_row_ptr + scale_slot * stride_ks_t, mask=visible, other=0.0)
+        v_sc = tl.load(vs_row_ptr + scale_slot * stride_vs_t, mask=visible, other=0.0)
         if KV_UPCAST == 1:
             k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
-        s = tl.dot(q, k.to(q.dtype))
-        # Per-token K scale folded into the [rows, BLOCK_N] score tile, not the K tile.
-        k_sc = tl.load(ks_row_ptr + (page * PAGE + slot) * stride_ks_t, mask=visible, other=0.0)
-        s = s * (qk_scale * k_sc)[None, :]
-        s = tl.where(visible[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
-        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_shift)
-        p = tl.exp2(s - m_shift[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(
-            slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0
-        )
-        # Per-token V scale folded into the probability tile (the softmax sum l_i stays unscaled).
-        v_sc = tl.load(vs_row_ptr + (page * PAGE + slot) * stride_vs_t, mask=visible, other=0.0)
-        if KV_UPCAST == 2:
-            # fp16 P: scaled by v_sc over its largest value in the slice (<= 1, never overflows);
-            # that largest value multiplies the fp32 product instead.
-            v_sc_top = tl.max(v_sc, axis=0)
-            v_sc_top = tl.where(v_sc_top > 0.0, v_sc_top, 1.0)
-            p = p * (v_sc / v_sc_top)[None, :]
-        else:
-            p = p * v_sc[None, :]
-        if KV_UPCAST == 1:
             v = v.to(tl.float32)
-        pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
+        k = k.to(q.dtype)
+        # Slots past the visible end may hold anything, NaN included (a TMA box reads them all):
+        # p = 0 there, but 0 * NaN would reach the accumulator, so V is zeroed too.
+        v = tl.where(visible[:, None], v.to(q.dtype), 0.0)
+        if KEYS_ON_M:
+            # Keys on the MMA's M, the group's heads on N: sT is [BLOCK_N, BLOCK_M].
+            sT = tl.dot(k, qT)
+            sT = sT * (qk_scale * k_sc)[:, None]
+            sT = tl.where(visible[:, None], sT, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(sT, axis=0))
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_shift)
+            pT = tl.exp2(sT - m_shift[None, :])
+            l_i = l_i * alpha + tl.sum(pT, axis=0)
+            if KV_UPCAST == 2:
+                v_sc_top = tl.max(v_sc, axis=0)
+                v_sc_top = tl.where(v_sc_top > 0.0, v_sc_top, 1.0)
+                pT = pT * (v_sc / v_sc_top)[:, None]
+            else:
+                pT = pT * v_sc[:, None]
+            p = tl.trans(pT)
+        else:
+            s = tl.dot(q, tl.trans(k))
+            # Per-token K scale on the [rows, BLOCK_N] score tile, not the K tile.
+            s = s * (qk_scale * k_sc)[None, :]
+            s = tl.where(visible[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            # A row that has seen no visible key keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_shift)
+            p = tl.exp2(s - m_shift[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            # Per-token V scale on the probability tile (the softmax sum l_i stays unscaled).
+            if KV_UPCAST == 2:
+                # fp16 P: scaled by v_sc over its largest value in the slice (<= 1, never overflows);
+                # that largest value multiplies the fp32 product instead.
+                v_sc_top = tl.max(v_sc, axis=0)
+                v_sc_top = tl.where(v_sc_top > 0.0, v_sc_top, 1.0)
+                p = p * (v_sc / v_sc_top)[None, :]
+            else:
+                p = p * v_sc[None, :]
+        pv = tl.dot(p.to(q.dtype), v)
         if KV_UPCAST == 2:
             pv = pv * v_sc_top
         acc = acc * alpha[:, None] + pv
@@ -193,14 +223,35 @@ def _msa_decode_split_kernel(
 KERNEL = _msa_decode_split_kernel
 
 
-def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=False, use_pdl=False, **_):
+# Orientation of the score product (probe switch while both are measured).
+KEYS_ON_M = False
+
+
+def kv_tma_ok(kv_cache, head_dim):
+    """Whether the cache can be read through a TMA descriptor: unit stride on the last axis,
+    16-byte-aligned base and strides, a row of at least 16 bytes (else plain loads)."""
+    size = kv_cache.element_size()
+    return (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
+            and all(stride * size % 16 == 0 for stride in kv_cache.stride()[:3]) and head_dim * size >= 16)
+
+
+def kv_descriptor(kv_cache, head_dim, block_n):
+    """The TMA descriptor over the 4-D cache (all four strides honoured) whose box is one
+    BLOCK_N x HEAD_DIM slice of a (page, KV head)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor(kv_cache, list(kv_cache.shape), list(kv_cache.stride()), [1, 1, block_n, head_dim])
+
+
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=False, use_pdl=False, kv_tma=False,
+               **_):
     """The kernel's compile-time parameters for a shape and config (shared with the static checks)."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
                 NUM_SPLITS=config.num_splits, SPLITS_P2=triton.next_power_of_2(config.num_splits),
                 FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1), KV_UPCAST=config.kv_upcast,
-                VARLEN=varlen, USE_PDL=use_pdl)
+                VARLEN=varlen, USE_PDL=use_pdl, KV_TMA=kv_tma, KEYS_ON_M=KEYS_ON_M)
 
 
 def options(config):
@@ -232,8 +283,9 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         raise ValueError(f"counters: a fused merge needs >= {total_q * num_kv_heads} zeroed int32 arrival counters")
     varlen = query_start_loc is not None
     grid = (total_q, num_kv_heads, num_splits)
+    kv_tma = kv_tma_ok(kv_cache, head_dim)
     _msa_decode_split_kernel[grid](
-        q, kv_cache, topk_idx, block_table, seq_lens,
+        q, kv_cache, kv_descriptor(kv_cache, head_dim, config.block_n) if kv_tma else kv_cache, topk_idx, block_table, seq_lens,
         query_start_loc if varlen else seq_lens, token_to_req_indices if varlen else seq_lens,
         output, part_o, part_lse, counters if fused else seq_lens,
         k_scale, v_scale,
@@ -242,9 +294,9 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
         k_scale.stride(0), k_scale.stride(1), v_scale.stride(0), v_scale.stride(1),
         **constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, topk=topk,
-                     config=config, varlen=varlen, use_pdl=use_pdl),
-        **options(config),
+                     config=config, varlen=varlen, use_pdl=use_pdl, kv_tma=kv_tma),
+        **options(config), launch_pdl=use_pdl,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '6fe79658e4700445d1d03a8ee4a9e566850b23fd510fc948b86110d33947aedc'
+INPUTS_SHA256 = '25ceb65911fcfb699f7aed65418630878005271a5ac474305c34c14043bafb51'

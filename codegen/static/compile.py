@@ -22,7 +22,7 @@ import triton
 
 from ..configs import validate_config
 from ..shapes import torch_dtype
-from ..variants import PAGE_SIZE
+from ..variants import PAGE_SIZE, get_arch
 from .launch import CACHE_ENV, FIGURES_VERSION, Q_DTYPES, StaticLaunch, _backend_classes, target_of, validate_options
 
 # ---------------------------------------------------------------------------------------------
@@ -74,6 +74,20 @@ def _pointer_dtype(launch: StaticLaunch, arg: str) -> torch.dtype:
     return torch.int32
 
 
+def _kv_descriptor(launch: StaticLaunch, kernel_constexprs: dict):
+    """The decode kernel's `kv_desc` argument: a TMA descriptor over a small cache of the launch's
+    dtype and head_dim (only its type and box shape enter the signature), or, without TMA, the
+    cache tensor the launcher passes in its place."""
+    cache = torch.empty(2, launch.num_kv_heads, PAGE_SIZE, 2 * launch.head_dim,
+                        dtype=torch_dtype(launch.arch, launch.kv_dtype))
+    if not kernel_constexprs.get("KV_TMA"):
+        return cache
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    box = [1, 1, kernel_constexprs["BLOCK_N"], launch.head_dim]
+    return TensorDescriptor(cache, list(cache.shape), list(cache.stride()), box)
+
+
 def _specializer():
     try:  # the routine the JIT itself runs on every argument (triton 3.6 .. 3.9)
         from triton._C.libtriton import native_specialize_impl
@@ -101,6 +115,8 @@ def _signature(launch: StaticLaunch, fn, kernel_constexprs: dict) -> tuple[dict,
             continue
         if name.endswith("_ptr"):
             value = torch.empty(16, dtype=_pointer_dtype(launch, name))
+        elif name == "kv_desc":
+            value = _kv_descriptor(launch, kernel_constexprs)
         elif name == "sm_scale":
             value = float(launch.head_dim) ** -0.5
         elif name in typical:
@@ -179,10 +195,11 @@ def compile_inputs(launch: StaticLaunch, options: Mapping[str, Any] | None = Non
     fn = _jit_function(module.KERNEL)
     kernel_constexprs = module.constexprs(num_q_heads=launch.num_q_heads, num_kv_heads=launch.num_kv_heads,
                                           head_dim=launch.head_dim, topk=launch.topk, config=launch.config,
-                                          varlen=launch.varlen, use_pdl=launch.use_pdl)
+                                          varlen=launch.varlen, use_pdl=launch.use_pdl,
+                                          kv_tma=get_arch(launch.arch).kv_tma)  # a contiguous cache's path
     compile_options = dict(module.options(launch.config))
-    if launch.kernel == "decode_merge" and launch.use_pdl:
-        compile_options["launch_pdl"] = True  # codegen.api launches the merge kernel with launch_pdl
+    if launch.kernel.startswith("decode") and launch.use_pdl:
+        compile_options["launch_pdl"] = True  # codegen.api launches both decode kernels with launch_pdl
     compile_options.update(options or {})
     validate_options(launch.arch, compile_options)
     signature, constexprs, attrs, notes = _signature(launch, fn, kernel_constexprs)

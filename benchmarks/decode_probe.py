@@ -1,0 +1,172 @@
+"""Decode design probe on the GPU: the previous main's kernels (their tuned configs) against this
+tree's decode kernel over a small launch-config grid, side by side on the same inputs.
+
+Per case: per-call time from one CUDA graph of `--calls` calls over rotating input sets (median of
+replays), % of the HBM floor against a device copy measured in the same run, and the relative L2
+error of the fastest config of each kernel against the float32 reference.
+
+  python benchmarks/decode_probe.py --before .before --out DIR [--compile-jobs 12]
+
+`--before` is a tree of the previous main (its generated modules are loaded under other names).
+Compiles run first in `--compile-jobs` processes (each launches every config once), timings after.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import itertools
+import json
+import multiprocessing
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import torch  # noqa: E402
+
+import bench  # noqa: E402
+import codegen.api as api  # noqa: E402
+from codegen import cases  # noqa: E402
+from codegen.accuracy import compare  # noqa: E402
+from codegen.configs import LaunchConfig  # noqa: E402
+from codegen.loader import get_config  # noqa: E402
+from codegen.modules import load_module  # noqa: E402
+from codegen.reference import reference_batched  # noqa: E402
+from codegen.timing import copy_bandwidth, graph_time, input_sets  # noqa: E402
+from codegen.workload import min_bytes  # noqa: E402
+
+Spec = bench.Spec
+SPECS = {  # case -> split counts tried
+    Spec("decode", "tp4", "scalar", 1, 1, 8192): (4, 8, 16),
+    Spec("decode", "tp4", "per_token_head", 1, 1, 8192): (4, 8, 16),
+    Spec("decode", "tp4", "scalar", 8, 1, 8192): (2, 4, 8),
+    Spec("decode", "tp4", "scalar", 128, 1, 8192): (1, 2, 4),
+    Spec("decode", "tp1", "scalar", 128, 1, 8192): (1, 2),
+    Spec("decode", "tp1", "per_token_head", 128, 1, 8192): (1, 2),
+    Spec("decode", "tp8", "scalar", 256, 1, 128 * 1024): (1, 2),
+}
+
+
+def grid(splits) -> list[tuple[bool, LaunchConfig]]:
+    out = []
+    for keys_on_m, bn, warps, stages, sp in itertools.product((False, True), (64, 128), (4, 8), (2, 3), splits):
+        out.append((keys_on_m, LaunchConfig(block_n=bn, num_warps=warps, num_stages=stages, num_splits=sp,
+                                            fused_merge=int(sp > 1), kv_upcast=2)))
+    return out
+
+
+def old_loader(before: pathlib.Path):
+    cache = {}
+
+    def load(arch, kernel, scale_mode, fold_scales=True):
+        name = f"{arch}_{kernel}_{scale_mode}{'' if fold_scales else '_unfolded'}"
+        if name not in cache:
+            path = before / "codegen" / "generated" / f"{name}.py"
+            spec = importlib.util.spec_from_file_location(f"before_{name}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            cache[name] = module
+        return cache[name]
+    return load
+
+
+def use(kernel: str, before, keys_on_m: bool = False):
+    """Points the API at the previous main's modules ('before') or this tree's (with an orientation)."""
+    api.load_module = before if kernel == "before" else load_module
+    if kernel == "after":
+        for mode in ("scalar", "per_token_head", "none"):
+            load_module("sm90", "decode_split", mode, True).KEYS_ON_M = keys_on_m
+
+
+def runtime_config(spec: Spec, case) -> LaunchConfig:
+    hq, hkv = bench.LAYOUTS[spec.layout]
+    return get_config("decode", "sm90", torch.cuda.get_device_name(), spec.mode, bench.MODES[spec.mode], hq, hkv,
+                      case.args["q"].shape[0]).config
+
+
+def _compile_shard(args):
+    shard, before_dir = args
+    before = old_loader(pathlib.Path(before_dir))
+    for spec, kernel, keys_on_m, config in shard:
+        case = bench.build(spec, "sm90", seed=0)
+        use(kernel, before, keys_on_m)
+        try:
+            cases.run_kernel(case, config=config)
+        except Exception as exc:  # reported again (and timed as failed) in the timing phase
+            print(f"compile {spec.label} {config}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+    torch.cuda.synchronize()
+    return len(shard)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", required=True, type=pathlib.Path)
+    ap.add_argument("--out", required=True, type=pathlib.Path)
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--compile-jobs", type=int, default=12)
+    ap.add_argument("--filter", nargs="*", default=None)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    before = old_loader(args.before)
+    specs = {s: sp for s, sp in SPECS.items() if not args.filter or any(f in s.label for f in args.filter)}
+
+    plan = []  # (spec, kernel, keys_on_m, config)
+    for spec, splits in specs.items():
+        case = bench.build(spec, "sm90", seed=0)
+        runtime = runtime_config(spec, case)
+        plan.append((spec, "before", False, runtime))
+        plan.append((spec, "after", False, runtime))
+        plan += [(spec, "after", k, c) for k, c in grid(splits)]
+    t0 = time.time()
+    jobs = [plan[i::args.compile_jobs] for i in range(args.compile_jobs)]
+    with multiprocessing.get_context("spawn").Pool(args.compile_jobs) as pool:
+        pool.map(_compile_shard, [(j, str(args.before)) for j in jobs if j])
+    print(f"compiled {len(plan)} launches in {time.time() - t0:.0f} s", flush=True)
+
+    copy_bps = copy_bandwidth()
+    print(f"copy {copy_bps / 1e12:.2f} TB/s  {torch.cuda.get_device_name()}  torch {torch.__version__}  "
+          f"triton {__import__('triton').__version__}", flush=True)
+    rows = []
+    for spec in specs:
+        first = bench.build(spec, "sm90", seed=0)
+        nbytes = min_bytes(first)
+        n_sets = input_sets(nbytes, maximum=args.calls)
+        sets = [first] + [bench.build(spec, "sm90", seed=s) for s in range(1, n_sets)]
+        ref = reference_batched("decode", first.args)
+        best = {}
+        for s, kernel, keys_on_m, config in plan:
+            if s != spec:
+                continue
+            use(kernel, before, keys_on_m)
+            try:
+                t = graph_time([lambda c=sets[i % n_sets]: cases.run_kernel(c, config=config)
+                                for i in range(args.calls)], replays=30).median_us
+            except Exception as exc:
+                print(f"  {kernel} {config.non_default()}: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
+                continue
+            row = dict(case=spec.label, kernel=kernel, keys_on_m=keys_on_m, config=config.to_dict(), time_us=t,
+                       floor_fraction=nbytes / copy_bps / (t * 1e-6))
+            rows.append(row)
+            tag = kernel if kernel == "before" or config == runtime_config(spec, first) and not keys_on_m \
+                else f"after keys_on_m={keys_on_m}"
+            if tag not in best or t < best[tag]["time_us"]:
+                best[tag] = row
+        for tag, row in best.items():
+            use(row["kernel"], before, row["keys_on_m"])
+            first.poison()
+            out = cases.run_kernel(first, config=LaunchConfig(**row["config"]))
+            row["rel_l2"] = compare(out, ref, torch.bfloat16).rel_l2
+            print(f"{spec.label:40s} {tag:22s} {row['time_us']:8.2f} us {100 * row['floor_fraction']:5.1f}% floor "
+                  f"rel_l2 {row['rel_l2']:.1e}  {LaunchConfig(**row['config']).non_default()}", flush=True)
+        del sets
+        torch.cuda.empty_cache()
+    (args.out / "probe.json").write_text(json.dumps(dict(copy_bps=copy_bps, rows=rows), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
