@@ -46,6 +46,8 @@ SPECS = {  # case -> split counts tried
     Spec("decode", "tp4", "scalar", 8, 1, 8192): (2, 4, 8),
     Spec("decode", "tp4", "scalar", 128, 1, 8192): (1, 2, 4),
     Spec("decode", "tp1", "scalar", 128, 1, 8192): (1, 2),
+    Spec("decode", "tp1", "scalar", 1, 1, 8192): (4, 8, 16),
+    Spec("decode", "tp4", "scalar", 32, 1, 8192): (2, 4, 8),
     Spec("decode", "tp1", "per_token_head", 128, 1, 8192): (1, 2),
     Spec("decode", "tp8", "scalar", 256, 1, 128 * 1024): (1, 2),
 }
@@ -53,7 +55,7 @@ SPECS = {  # case -> split counts tried
 
 def grid(splits) -> list[tuple[bool, LaunchConfig]]:
     out = []
-    for keys_on_m, bn, warps, stages, sp in itertools.product((False, True), (64, 128), (4, 8), (2, 3), splits):
+    for keys_on_m, bn, warps, stages, sp in itertools.product((False, True), (64, 128), (4, 8), (2, 3, 4), splits):
         out.append((keys_on_m, LaunchConfig(block_n=bn, num_warps=warps, num_stages=stages, num_splits=sp,
                                             fused_merge=int(sp > 1), kv_upcast=2)))
     return out

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 22d51844de25541b3a8f71950856e6709ea712042efa0fa77ddeb594eb497f9a
+# inputs-sha256: bfa0e8ac54813fb9560226af01b66927932eee78a4cc6d5e22a2a8c25bf7d2f6
 
 
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
@@ -97,15 +97,23 @@ def _msa_decode_split_kernel(
     n_read = tl.minimum(topk, n_causal)
     blk_lo = tl.minimum(split * blocks_per_split, n_read)
     blk_hi = tl.minimum(blk_lo + blocks_per_split, n_read)
+    # The program's entries, their pages and visible lengths, loaded once as vectors: the loop
+    # below then takes a page from registers, so nothing but the K/V boxes waits on memory and the
+    # pipeliner can fetch them num_stages - 1 slices ahead.
+    offs_k = tl.arange(0, TOPK_P2)
+    mine = (offs_k >= blk_lo) & (offs_k < blk_hi)
+    ids = tl.load(topk_row_ptr + offs_k * stride_tk_k, mask=mine, other=-1)
+    # Block numbers are compared, never positions: id * PAGE wraps int32 for ids near 2**31.
+    # An id outside the causal blocks reads block-table entry 0 under a false mask: nothing.
+    live_k = mine & (ids >= 0) & (ids < n_causal)
+    ids = tl.where(live_k, ids, 0)
+    pages_k = tl.load(block_table_row_ptr + ids * stride_bt_b, mask=live_k, other=0)
+    n_visible_k = tl.where(live_k, kv_end - ids.to(tl.int64) * PAGE, 0)
     for it in range(blk_lo * SUBTILES, blk_hi * SUBTILES):
-        blk = tl.load(topk_row_ptr + (it // SUBTILES) * stride_tk_k)
+        entry = offs_k == it // SUBTILES
+        page = tl.sum(tl.where(entry, pages_k, 0), axis=0)
+        n_visible = tl.sum(tl.where(entry, n_visible_k, 0), axis=0)
         sub = (it % SUBTILES) * BLOCK_N  # first slot of this slice inside the page
-        # Block numbers are compared, never positions: blk * PAGE wraps int32 for ids near 2**31.
-        # An id outside the causal blocks reads block-table entry 0 under a false mask: nothing.
-        live = (blk >= 0) & (blk < n_causal)
-        blk = tl.where(live, blk, 0)
-        n_visible = tl.where(live, kv_end - blk * PAGE, 0)
-        page = tl.load(block_table_row_ptr + blk * stride_bt_b, mask=live, other=0)
         visible = sub + offs_n < n_visible
         if KV_TMA:
             # One TMA box per operand (K at column 0, V at HEAD_DIM), prefetched by the pipeliner.
@@ -277,4 +285,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '22d51844de25541b3a8f71950856e6709ea712042efa0fa77ddeb594eb497f9a'
+INPUTS_SHA256 = 'bfa0e8ac54813fb9560226af01b66927932eee78a4cc6d5e22a2a8c25bf7d2f6'
