@@ -27,6 +27,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 import bench  # noqa: E402
 import codegen.api as api  # noqa: E402
@@ -55,10 +57,52 @@ SPECS = {  # case -> split counts tried
 
 def grid(splits) -> list[tuple[bool, LaunchConfig]]:
     out = []
-    for keys_on_m, bn, warps, stages, sp in itertools.product((False, True), (64, 128), (4, 8), (2, 3, 4), splits):
-        out.append((keys_on_m, LaunchConfig(block_n=bn, num_warps=warps, num_stages=stages, num_splits=sp,
-                                            fused_merge=int(sp > 1), kv_upcast=2)))
+    for bn, warps, stages, sp in itertools.product((64, 128), (2, 4, 8), (2, 3, 4), splits):
+        out.append((False, LaunchConfig(block_n=bn, num_warps=warps, num_stages=stages, num_splits=sp,
+                                        fused_merge=int(sp > 1), kv_upcast=2)))
     return out
+
+
+@triton.jit
+def _stream_kernel(kv_desc, topk_ptr, block_table_ptr, out_ptr, n_pages_per_split, stride_tk_h, stride_tk_t,
+                   stride_bt_r, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, TOPK: tl.constexpr):
+    """The split kernel's memory traffic alone: the same pages through the same TMA boxes, summed."""
+    t = tl.program_id(0)
+    g = tl.program_id(1)
+    split = tl.program_id(2)
+    offs_k = tl.arange(0, TOPK)
+    lo = split * n_pages_per_split
+    mine = (offs_k >= lo) & (offs_k < lo + n_pages_per_split)
+    ids = tl.load(topk_ptr + g * stride_tk_h + t * stride_tk_t + offs_k, mask=mine, other=0)
+    pages = tl.load(block_table_ptr + t * stride_bt_r + ids, mask=mine, other=0)
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    SUB: tl.constexpr = 128 // BLOCK_N
+    for it in range(lo * SUB, (lo + n_pages_per_split) * SUB):
+        page = tl.sum(tl.where(offs_k == it // SUB, pages, 0), axis=0)
+        sub = ((it % SUB) * BLOCK_N).to(tl.int32)
+        k = kv_desc.load([page, g, sub, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = kv_desc.load([page, g, sub, HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
+        acc += tl.sum(k.to(tl.float16).to(tl.float32) + v.to(tl.float16).to(tl.float32), axis=0)
+    tl.store(out_ptr + ((t * tl.num_programs(1) + g) * tl.num_programs(2) + split) * HEAD_DIM
+             + tl.arange(0, HEAD_DIM), acc)
+
+
+def stream_time(spec, sets, calls, block_n, warps, stages, splits) -> float:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def one(case):
+        a = case.args
+        kv, topk, bt = a["kv_cache"], a["topk_idx"], a["block_table"]
+        total_q, hkv, d = topk.shape[1], kv.shape[1], kv.shape[3] // 2
+        if a.get("decode_query_len", 1) != 1:
+            raise ValueError("stream probe: query length 1 only")
+        desc = TensorDescriptor(kv, list(kv.shape), list(kv.stride()), [1, 1, block_n, d])
+        out = torch.empty(total_q * hkv * splits * d, device=kv.device)
+        return lambda: _stream_kernel[(total_q, hkv, splits)](
+            desc, topk, bt, out, 16 // splits, topk.stride(0), topk.stride(1), bt.stride(0),
+            HEAD_DIM=d, BLOCK_N=block_n, TOPK=16, num_warps=warps, num_stages=stages)
+    fns = [one(c) for c in sets]
+    return graph_time([fns[i % len(fns)] for i in range(calls)], replays=30).median_us
 
 
 def old_loader(before: pathlib.Path):
@@ -79,9 +123,6 @@ def old_loader(before: pathlib.Path):
 def use(kernel: str, before, keys_on_m: bool = False):
     """Points the API at the previous main's modules ('before') or this tree's (with an orientation)."""
     api.load_module = before if kernel == "before" else load_module
-    if kernel == "after":
-        for mode in ("scalar", "per_token_head", "none"):
-            load_module("sm90", "decode_split", mode, True).KEYS_ON_M = keys_on_m
 
 
 def runtime_config(spec: Spec, case) -> LaunchConfig:
@@ -164,6 +205,17 @@ def main(argv=None) -> int:
             row["rel_l2"] = compare(out, ref, torch.bfloat16).rel_l2
             print(f"{spec.label:40s} {tag:22s} {row['time_us']:8.2f} us {100 * row['floor_fraction']:5.1f}% floor "
                   f"rel_l2 {row['rel_l2']:.1e}  {LaunchConfig(**row['config']).non_default()}", flush=True)
+        if spec.tokens == 1:
+            for bn, warps, stages, sp in itertools.product((64, 128), (4,), (2, 3, 4), SPECS[spec][:2]):
+                try:
+                    t = stream_time(spec, sets, args.calls, bn, warps, stages, sp)
+                except Exception as exc:
+                    print(f"  stream: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                    break
+                rows.append(dict(case=spec.label, kernel="stream", config=dict(block_n=bn, num_warps=warps,
+                            num_stages=stages, num_splits=sp), time_us=t, floor_fraction=nbytes / copy_bps / (t * 1e-6)))
+                print(f"{spec.label:40s} stream bn{bn} w{warps} st{stages} sp{sp}: {t:8.2f} us "
+                      f"{100 * rows[-1]['floor_fraction']:5.1f}% floor", flush=True)
         del sets
         torch.cuda.empty_cache()
     (args.out / "probe.json").write_text(json.dumps(dict(copy_bps=copy_bps, rows=rows), indent=1))

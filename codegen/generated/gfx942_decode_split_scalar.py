@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 576445a07174609ab641a565359400758dc928e1c9ecba8cda84aac78a50f0b2
+# inputs-sha256: 9461c23f7913328a0b25a9337d80b26e3771cbc28965c6df3f1ca2fc85cfffc0
 
 
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
@@ -38,9 +38,9 @@ def _msa_decode_split_kernel(
     stride_o_t, stride_o_h, stride_o_d,
     # shapes and launch parameters
     GQA: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, TOPK_P2: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_CHUNK: tl.constexpr,
     FUSED_MERGE: tl.constexpr, KV_UPCAST: tl.constexpr, VARLEN: tl.constexpr, USE_PDL: tl.constexpr,
-    KV_TMA: tl.constexpr, KEYS_ON_M: tl.constexpr,
+    KV_TMA: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     t = tl.program_id(0).to(tl.int64)
@@ -85,7 +85,6 @@ def _msa_decode_split_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     kv_head_ptr = kv_ptr + g * stride_kv_h
-    qT = tl.trans(q)
     topk_row_ptr = topk_ptr + g * stride_tk_h + t * stride_tk_t
     n_causal = tl.cdiv(tl.maximum(kv_end, 0), PAGE)
     n_read = tl.minimum(topk, n_causal)
@@ -119,27 +118,15 @@ def _msa_decode_split_kernel(
         # Slots past the visible end may hold anything, NaN included (a TMA box reads them all):
         # p = 0 there, but 0 * NaN would reach the accumulator, so V is zeroed too.
         v = tl.where(visible[:, None], v.to(q.dtype), 0.0)
-        if KEYS_ON_M:
-            # Keys on the MMA's M, the group's heads on N: sT is [BLOCK_N, BLOCK_M].
-            sT = tl.dot(k, qT)
-            sT = sT * qk_scale
-            sT = tl.where(visible[:, None], sT, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(sT, axis=0))
-            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_shift)
-            pT = tl.exp2(sT - m_shift[None, :])
-            l_i = l_i * alpha + tl.sum(pT, axis=0)
-            p = tl.trans(pT)
-        else:
-            s = tl.dot(q, tl.trans(k))
-            s = s * qk_scale
-            s = tl.where(visible[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            # A row that has seen no visible key keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
-            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_shift)
-            p = tl.exp2(s - m_shift[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
+        s = tl.dot(q, tl.trans(k))
+        s = s * qk_scale
+        s = tl.where(visible[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # A row that has seen no visible key keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_shift)
+        p = tl.exp2(s - m_shift[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
         pv = tl.dot(p.to(q.dtype), v)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
@@ -176,15 +163,18 @@ def _msa_decode_split_kernel(
                 )
                 mg_max = tl.max(mg_lse, axis=1)
                 mg_shift = tl.where(mg_max == float("-inf"), 0.0, mg_max)
-                mg_den = tl.zeros([BLOCK_M], dtype=tl.float32)
+                mg_den = tl.sum(tl.exp2(mg_lse - mg_shift[:, None]), axis=1)  # an empty split has lse -inf: weight 0
                 mg_acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-                for sp in tl.static_range(NUM_SPLITS):
-                    mg_lse_s = tl.load(part_lse_ptr + row + sp, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
-                    mg_w = tl.exp2(mg_lse_s - mg_shift)  # an empty split has lse -inf: weight 0
-                    mg_o_s = tl.load(part_o_ptr + (row + sp)[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None],
-                                     other=0.0, cache_modifier=".cg")
-                    mg_den += mg_w
-                    mg_acc += mg_w[:, None] * mg_o_s
+                # MERGE_CHUNK splits' partials per load, all in flight at once: the merge costs a few L2 round
+                # trips, not one per split.
+                for c in tl.static_range(0, SPLITS_P2, MERGE_CHUNK):
+                    offs_c = c + tl.arange(0, MERGE_CHUNK)
+                    mg_ok = row_ok[:, None] & (offs_c[None, :] < NUM_SPLITS)
+                    mg_w = tl.exp2(tl.load(part_lse_ptr + row[:, None] + offs_c[None, :], mask=mg_ok,
+                                           other=float("-inf"), cache_modifier=".cg") - mg_shift[:, None])
+                    mg_o = tl.load(part_o_ptr + (row[:, None, None] + offs_c[None, :, None]) * HEAD_DIM + offs_d[None, None, :],
+                                   mask=mg_ok[:, :, None], other=0.0, cache_modifier=".cg")
+                    mg_acc += tl.sum(mg_w[:, :, None] * mg_o, axis=1)
                 o = mg_acc / tl.where(mg_den > 0.0, mg_den, 1.0)[:, None]
                 o = o * tl.load(v_scale_ptr)  # folded V scale: once, on the merged result
                 tl.store(
@@ -196,10 +186,6 @@ def _msa_decode_split_kernel(
 
 
 KERNEL = _msa_decode_split_kernel
-
-
-# Orientation of the score product (probe switch while both are measured).
-KEYS_ON_M = False
 
 
 def kv_tma_ok(kv_cache, head_dim):
@@ -223,8 +209,9 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
                 NUM_SPLITS=config.num_splits, SPLITS_P2=triton.next_power_of_2(config.num_splits),
+                MERGE_CHUNK=min(4, triton.next_power_of_2(config.num_splits)),
                 FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1), KV_UPCAST=config.kv_upcast,
-                VARLEN=varlen, USE_PDL=False, KV_TMA=kv_tma, KEYS_ON_M=KEYS_ON_M)
+                VARLEN=varlen, USE_PDL=False, KV_TMA=kv_tma)
 
 
 def options(config):
@@ -272,4 +259,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '576445a07174609ab641a565359400758dc928e1c9ecba8cda84aac78a50f0b2'
+INPUTS_SHA256 = '9461c23f7913328a0b25a9337d80b26e3771cbc28965c6df3f1ca2fc85cfffc0'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_per_token_head (arch=sm90, kernel=decode_merge, scale_mode=per_token_head)
-# inputs-sha256: 00528aa463faa99502865d2b5f55de697f15ed36f7dd16f3e901faf7718613a6
+# inputs-sha256: 31b65ffb023ea9bf1b0fcafef9defce625fd4c60ca00ed62e664b65c5a0dee0d
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -23,7 +23,7 @@ def _msa_decode_merge_kernel(
     stride_o_t, stride_o_h, stride_o_d,
     # shapes and launch parameters
     GQA: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, NUM_SPLITS: tl.constexpr,
-    SPLITS_P2: tl.constexpr, USE_PDL: tl.constexpr,
+    SPLITS_P2: tl.constexpr, MERGE_CHUNK: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1)
@@ -42,15 +42,18 @@ def _msa_decode_merge_kernel(
     )
     mg_max = tl.max(mg_lse, axis=1)
     mg_shift = tl.where(mg_max == float("-inf"), 0.0, mg_max)
-    mg_den = tl.zeros([BLOCK_M], dtype=tl.float32)
+    mg_den = tl.sum(tl.exp2(mg_lse - mg_shift[:, None]), axis=1)  # an empty split has lse -inf: weight 0
     mg_acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for sp in tl.static_range(NUM_SPLITS):
-        mg_lse_s = tl.load(part_lse_ptr + row + sp, mask=row_ok, other=float("-inf"))
-        mg_w = tl.exp2(mg_lse_s - mg_shift)  # an empty split has lse -inf: weight 0
-        mg_o_s = tl.load(part_o_ptr + (row + sp)[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None],
-                         other=0.0)
-        mg_den += mg_w
-        mg_acc += mg_w[:, None] * mg_o_s
+    # MERGE_CHUNK splits' partials per load, all in flight at once: the merge costs a few L2 round
+    # trips, not one per split.
+    for c in tl.static_range(0, SPLITS_P2, MERGE_CHUNK):
+        offs_c = c + tl.arange(0, MERGE_CHUNK)
+        mg_ok = row_ok[:, None] & (offs_c[None, :] < NUM_SPLITS)
+        mg_w = tl.exp2(tl.load(part_lse_ptr + row[:, None] + offs_c[None, :], mask=mg_ok,
+                               other=float("-inf")) - mg_shift[:, None])
+        mg_o = tl.load(part_o_ptr + (row[:, None, None] + offs_c[None, :, None]) * HEAD_DIM + offs_d[None, None, :],
+                       mask=mg_ok[:, :, None], other=0.0)
+        mg_acc += tl.sum(mg_w[:, :, None] * mg_o, axis=1)
     o = mg_acc / tl.where(mg_den > 0.0, mg_den, 1.0)[:, None]
     tl.store(
         out_ptr + t * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
@@ -66,7 +69,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, config, use_pdl=False, **
     """The kernel's compile-time parameters for a shape and config (shared with the static checks)."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, BLOCK_M=triton.next_power_of_2(gqa), NUM_SPLITS=config.num_splits,
-                SPLITS_P2=triton.next_power_of_2(config.num_splits), USE_PDL=use_pdl)
+                SPLITS_P2=triton.next_power_of_2(config.num_splits),
+                MERGE_CHUNK=min(4, triton.next_power_of_2(config.num_splits)), USE_PDL=use_pdl)
 
 
 def options(config):
@@ -87,4 +91,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '00528aa463faa99502865d2b5f55de697f15ed36f7dd16f3e901faf7718613a6'
+INPUTS_SHA256 = '31b65ffb023ea9bf1b0fcafef9defce625fd4c60ca00ed62e664b65c5a0dee0d'
