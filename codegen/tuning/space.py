@@ -11,7 +11,9 @@ from ..variants import get_arch
 # Choices per parameter. Order matters only for readability of the study.
 _COMMON = {"block_n": (32, 64, 128), "num_warps": (4, 8), "num_stages": (1, 2, 3)}
 _PREFILL = {"block_t": (1, 2, 4, 8)}
-_DECODE = {"num_splits": (1, 2, 4, 8, 16), "num_warps": (2, 4, 8), "fused_merge": (0, 1), "merge_num_warps": (1, 2, 4)}
+# Decode on sm90 reads pages through TMA boxes: a 4th stage keeps three slices in flight.
+_DECODE = {"num_splits": (1, 2, 4, 8, 16), "num_warps": (2, 4, 8), "num_stages": (1, 2, 3, 4), "fused_merge": (0, 1),
+           "merge_num_warps": (1, 2, 4)}
 _FP8 = {"kv_upcast": (0, 1, 2)}  # how fp8 K/V reach the MMAs (configs.KV_UPCAST_MODES)
 _AMD = {"waves_per_eu": (0, 1, 2, 4), "matrix_instr_nonkdim": (16, 32), "kpack": (1, 2)}
 
