@@ -62,7 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--precompile-workers", type=int, default=None, help="parallel compile processes (default: cores-2, max 12)")
     p.add_argument("--no-static-check", action="store_true", help="skip the ahead-of-time resource check")
     p.add_argument("--candidates", default=None,
-                   help="JSON list of configs to search instead of the whole space (the default is always added)")
+                   help="JSON list of configs to search instead of the whole space (the default is always added), "
+                        'or an object of such lists by table ({"decode/scalar/fp8/16x1": [...], ...}: a table '
+                        "left out searches the default alone)")
     p.add_argument("--runner", default=None, help=argparse.SUPPRESS)  # module:function, for tests
     p.add_argument("--heartbeat", type=int, default=10,
                    help="seconds between trial heartbeats; a trial silent for 3 beats is failed and retried")
@@ -118,10 +120,23 @@ def _check(args) -> None:
             configs = json.loads(args.candidates)
         except ValueError as exc:
             raise ValueError(f"--candidates: not JSON ({exc})") from None
-        if not isinstance(configs, list):
-            raise ValueError("--candidates: expected a JSON list of configs")
-        args.candidates = [LaunchConfig.from_dict(c, what="--candidates[]") for c in configs]
-    _grid(args, args.arch, "check")  # --kernels, --modes, --layouts, --*-buckets
+        if isinstance(configs, list):
+            args.candidates = [LaunchConfig.from_dict(c, what="--candidates[]") for c in configs]
+        elif isinstance(configs, dict):
+            args.candidates = {}
+            for table, table_configs in configs.items():
+                if not isinstance(table_configs, list):
+                    raise ValueError(f"--candidates[{table!r}]: expected a JSON list of configs")
+                args.candidates[table] = [LaunchConfig.from_dict(c, what=f"--candidates[{table!r}][]")
+                                          for c in table_configs]
+        else:
+            raise ValueError("--candidates: expected a JSON list of configs, or an object of such lists by table")
+    grid = _grid(args, args.arch, "check")  # --kernels, --modes, --layouts, --*-buckets
+    if isinstance(args.candidates, dict):
+        tables = {b.table_key for b in grid}
+        unknown = sorted(set(args.candidates) - tables)
+        if unknown:
+            raise ValueError(f"--candidates: table(s) {unknown} are not in this run's grid; expected some of {sorted(tables)}")
 
 
 def _grid(args, arch: str, device: str) -> list:

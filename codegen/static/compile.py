@@ -356,7 +356,8 @@ def compile_asm(launch: StaticLaunch, stage: str = "ptx") -> str:
 
 
 def async_copies(ptx: str) -> int:
-    """The cp.async instructions in sm90 PTX: how a pipelined loop prefetches its next K/V slices."""
+    """The asynchronous copies in sm90 PTX (cp.async, and TMA's cp.async.bulk.tensor): a pipelined
+    loop issues more of them, the prefetches of its next K/V slices before the loop."""
     return len(re.findall(r"cp[.]async[.]", ptx))
 
 

@@ -35,7 +35,10 @@ def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None
     if study_name in state.studies:
         return state.studies[study_name]
     if settings.candidates is not None:
-        space = list({config_key(c): c for c in [default_for(bucket)] + [normalize(c) for c in settings.candidates]}.values())
+        listed = settings.candidates
+        if isinstance(listed, dict):  # lists by table (e.g. each table's winners before a kernel change)
+            listed = listed.get(bucket.table_key, [])
+        space = list({config_key(c): c for c in [default_for(bucket)] + [normalize(c) for c in listed]}.values())
     else:
         space = enumerate_space(bucket.arch, bucket.kernel, num_q_heads=bucket.num_q_heads,
                                 num_kv_heads=bucket.num_kv_heads, topk=bucket.topk, kv_dtype=bucket.kv_dtype)

@@ -32,7 +32,7 @@ class TuneSettings:
     static_check: bool = False  # compile ahead of time and drop configs over the arch's limits
     seed: int = 0
     heartbeat_s: int = 10
-    candidates: list | None = None  # search only these LaunchConfigs (plus the default)
+    candidates: list | dict | None = None  # search only these LaunchConfigs (plus the default), or lists by table
     db_retries: int = 5  # a database call that loses the connection is retried this often ...
     db_retry_s: float = 30.0  # ... with backoff (1, 2, 4, ... s) for at most this long in all
 

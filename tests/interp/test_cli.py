@@ -33,6 +33,9 @@ BAD = [
     (["--kernels", "attention"], "msa-tune: --kernels: expected a comma list of prefill, decode; got 'attention'"),
     (["--layouts", "tp3"], "msa-tune: --layouts: expected names from ['tp1', 'tp2', 'tp4', 'tp8'], got 'tp3'"),
     (["--candidates", "{"], "msa-tune: --candidates: not JSON"),
+    (["--candidates", "3"], "msa-tune: --candidates: expected a JSON list of configs, or an object of such lists by table"),
+    (["--kernels", "decode", "--layouts", "tp4", "--candidates", '{"decode/scalar/fp8/64x4": []}'],
+     "msa-tune: --candidates: table(s) ['decode/scalar/fp8/64x4'] are not in this run's grid"),
     (["--storage", "not a url"], "msa-tune: --storage: not a database URL SQLAlchemy understands"),
     (["--trials", "many"], "msa-tune: argument --trials: invalid int value: 'many' (see msa-tune --help)"),
 ]

@@ -313,12 +313,12 @@ def test_specialization_matches_the_jit(monkeypatch, launch):
                             "(docs/perf-notes.md, 'The tile loop is not pipelined')")),
 ], ids=["decode_split", "prefill_per_token", "prefill_tiles"])
 def test_page_loops_prefetch(kernel, fields):
-    """num_stages is a real knob: at 3 stages the sm90 page loop prefetches K/V slices with cp.async,
-    at 1 it does not (benchmarks/ptx_pipelining.py prints the counts)."""
+    """num_stages is a real knob: at 3 stages the sm90 page loop prefetches K/V slices (cp.async, or
+    for decode TMA copies issued before the loop), at 1 it only loads the slice it is on
+    (benchmarks/ptx_pipelining.py prints the counts)."""
     def copies(num_stages):
         config = LaunchConfig(**fields, num_stages=num_stages)
         return static.async_copies(static.compile_asm(static.launches_for("sm90", kernel, "scalar", "fp8", 64, 4,
                                                                           config)[0]))
 
-    assert copies(1) == 0
-    assert copies(3) > 0
+    assert copies(3) > copies(1)

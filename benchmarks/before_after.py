@@ -1,0 +1,100 @@
+"""Before/after table (markdown) and plots of bench.json files measured in one run.
+
+  python benchmarks/before_after.py --before b1.json [b2.json ...] --after a1.json [a2.json ...] \
+      [--plots DIR]
+
+Rows pair up by case label; each side keeps its own run's ceilings (`hbm_fraction` is the floor's
+share of the time). Plots (matplotlib, optional): per-call time and % of the HBM floor against the
+batch size, one panel per (layout, mode).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+
+
+def load(paths) -> dict[str, dict]:
+    rows = {}
+    for path in paths:
+        for row in json.loads(pathlib.Path(path).read_text())["rows"]:
+            if "error" not in row:
+                rows[row["case"]] = row
+    return rows
+
+
+def markdown(before: dict, after: dict) -> str:
+    lines = ["| case | before us | after us | before / after | after % of floor | after rel L2 | after config |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for case, a in after.items():
+        b = before.get(case)
+        launch = ", ".join(f"{k} {v}" for k, v in a["launch"].items()
+                           if k in ("block_n", "num_warps", "num_stages", "num_splits", "fused_merge", "kv_upcast"))
+        lines.append(f"| {case} | {b['time_us']:.1f} | {a['time_us']:.1f} | {b['time_us'] / a['time_us']:.2f} | "
+                     f"{100 * a['hbm_fraction']:.1f} | {a['rel_l2']:.1e} | {launch} |" if b else
+                     f"| {case} | - | {a['time_us']:.1f} | - | {100 * a['hbm_fraction']:.1f} | {a['rel_l2']:.1e} | {launch} |")
+    ratios = [before[c]["time_us"] / a["time_us"] for c, a in after.items() if c in before]
+    slower = sum(r < 1 for r in ratios)
+    lines += ["", f"{len(ratios)} cases: before / after median {statistics.median(ratios):.2f}, "
+              f"min {min(ratios):.2f}, max {max(ratios):.2f}; {slower} slower than before."]
+    return "\n".join(lines)
+
+
+def plots(before: dict, after: dict, out: pathlib.Path) -> list[pathlib.Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(r["spec"]["layout"], r["spec"]["mode"]) for r in after.values()})
+    written = []
+    for metric, ylabel, name in (("time_us", "us per call", "decode_time.png"),
+                                 ("hbm_fraction", "% of the HBM floor", "decode_floor.png")):
+        fig, axes = plt.subplots(len({p[0] for p in panels}), len({p[1] for p in panels}), squeeze=False,
+                                 figsize=(13, 9), sharex=True)
+        layouts = sorted({p[0] for p in panels})
+        modes = sorted({p[1] for p in panels})
+        for (layout, mode) in panels:
+            ax = axes[layouts.index(layout)][modes.index(mode)]
+            for side, rows, style in (("before", before, "--"), ("after", after, "-")):
+                for qlen in (1, 4):
+                    for ctx in (8192, 131072):
+                        pts = sorted((r["spec"]["batch"], r[metric]) for r in rows.values()
+                                     if r["spec"]["layout"] == layout and r["spec"]["mode"] == mode
+                                     and r["spec"]["tokens"] == qlen and r["spec"]["context"] == ctx)
+                        if pts:
+                            scale = 100 if metric == "hbm_fraction" else 1
+                            ax.plot([p[0] for p in pts], [scale * p[1] for p in pts], style, marker=".",
+                                    label=f"{side} q{qlen} ctx{ctx // 1024}k")
+            ax.set_xscale("log", base=2)
+            if metric == "time_us":
+                ax.set_yscale("log")
+            ax.set_title(f"{layout} {mode}", fontsize=9)
+            ax.set_xlabel("requests")
+            ax.set_ylabel(ylabel)
+        axes[0][0].legend(fontsize=6)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=80)
+        plt.close(fig)
+        written.append(out / name)
+    return written
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", nargs="+", required=True)
+    ap.add_argument("--after", nargs="+", required=True)
+    ap.add_argument("--plots", type=pathlib.Path, default=None)
+    args = ap.parse_args(argv)
+    before, after = load(args.before), load(args.after)
+    print(markdown(before, after))
+    if args.plots:
+        for path in plots(before, after, args.plots):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
