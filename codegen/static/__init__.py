@@ -25,7 +25,7 @@ the arch, the kernel, the scale mode and fold_scales (False: the unfolded scalar
 version. Limits are applied when a report is built, so changing a limit needs no recompile.
 
 The package: `launch` (what is compiled: one launch, its limits and options), `compile`
-(specialization, the ahead-of-time compile, figures, the cache), `shipped` (every shipped
+(specialization, the ahead-of-time compile, figures), `cache` (the figures' cache), `shipped` (every shipped
 (module, config)), `report` (reports, allowed exceptions, tables). Everything is re-exported here.
 """
 from __future__ import annotations
@@ -57,11 +57,13 @@ from .compile import (  # noqa: F401
     CompileInputs,
     _jit_function,
     async_copies,
-    cache_dir,
-    cached_figures,
     compile_asm,
     compile_figures,
     compile_inputs,
+)
+from .cache import (  # noqa: F401
+    cache_dir,
+    cached_figures,
 )
 from .shipped import (  # noqa: F401
     shipped_launches,

@@ -14,7 +14,8 @@ import triton
 
 from ..configs import LaunchConfig
 from ..variants import KERNELS
-from .compile import CompileInputs, _cache_load, cached_figures, compile_inputs
+from .cache import _cache_load, cached_figures
+from .compile import CompileInputs, compile_inputs
 from .launch import EXCEPTIONS_PATH, LIMITS, StaticLaunch, _as_config, config_label, launches_for, runtime_use_pdl, target_of
 from .shipped import shipped_launches
 
