@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="JSON list of configs to search instead of the whole space (the default is always added), "
                         'or an object of such lists by table ({"decode/scalar/fp8/16x1": [...], ...}: a table '
                         "left out searches the default alone)")
+    p.add_argument("--seed-from", type=pathlib.Path, default=None,
+                   help="a tuned-config JSON (e.g. the file before a kernel change): each study tries that "
+                        "file's configs for its table first, after the default (they count as trials)")
     p.add_argument("--runner", default=None, help=argparse.SUPPRESS)  # module:function, for tests
     p.add_argument("--heartbeat", type=int, default=10,
                    help="seconds between trial heartbeats; a trial silent for 3 beats is failed and retried")
@@ -131,12 +134,29 @@ def _check(args) -> None:
                                           for c in table_configs]
         else:
             raise ValueError("--candidates: expected a JSON list of configs, or an object of such lists by table")
+    args.seed_configs = _seed_configs(args.seed_from) if args.seed_from is not None else None
     grid = _grid(args, args.arch, "check")  # --kernels, --modes, --layouts, --*-buckets
     if isinstance(args.candidates, dict):
         tables = {b.table_key for b in grid}
         unknown = sorted(set(args.candidates) - tables)
         if unknown:
             raise ValueError(f"--candidates: table(s) {unknown} are not in this run's grid; expected some of {sorted(tables)}")
+
+
+def _seed_configs(path: pathlib.Path) -> dict:
+    """{table key: [(bucket tokens, LaunchConfig), ...]} of a tuned-config file (--seed-from)."""
+    from codegen import tuned_store
+    from codegen.configs import LaunchConfig
+
+    try:
+        doc = tuned_store.read_document(path)
+    except OSError as exc:
+        raise ValueError(f"--seed-from: cannot read {path} ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ValueError(f"--seed-from: {path} is not a tuned-config file ({exc})") from None
+    return {table: [(int(tokens), LaunchConfig.from_dict(entry["config"], what=f"--seed-from {table}@{tokens}"))
+                    for tokens, entry in body["buckets"].items()]
+            for table, body in doc["tables"].items()}
 
 
 def _grid(args, arch: str, device: str) -> list:
@@ -276,7 +296,7 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
                             static_check=not args.no_static_check and not args.interpret, seed=args.seed,
                             heartbeat_s=args.heartbeat,
                             deadline=(time.monotonic() + args.time_budget) if args.time_budget else None,
-                            candidates=args.candidates, db_retries=args.db_retries,
+                            candidates=args.candidates, seed_configs=args.seed_configs, db_retries=args.db_retries,
                             db_retry_s=args.db_retry_seconds)
     log = lambda line: print(line, flush=True)  # noqa: E731
     try:

@@ -1,6 +1,7 @@
 """A bucket's Optuna study: its search space, its sampler, and the configs it starts from."""
 from __future__ import annotations
 
+import math
 import zlib
 
 import optuna
@@ -9,16 +10,17 @@ from .buckets import Bucket
 from .space import config_key, default_for, enumerate_space, normalize, params_of
 
 
-def seed(study, bucket: Bucket, space_keys: set[str], neighbours=None) -> None:
+def seed(study, bucket: Bucket, space_keys: set[str], neighbours=None, seeds=()) -> None:
     """The default is always the first trial of a study (the baseline every candidate must beat);
-    then the configs chosen for the nearest finished buckets of the same table, when they are in
-    this study's space: a neighbour's winner is the likeliest good point, and costs one trial.
+    then `seeds` (--seed-from: another file's configs for this table, nearest bucket first), then
+    the configs chosen for the nearest finished buckets of the same table; each only when in this
+    study's space: a winner elsewhere is the likeliest good point, and costs one trial.
     `neighbours` returns those configs; it is called only when the study is seeded."""
     if study.user_attrs.get("seeded"):
         return
     study.set_user_attr("seeded", True)
     queued = set()
-    for config in [default_for(bucket), *(neighbours() if neighbours else ())]:
+    for config in [default_for(bucket), *seeds, *(neighbours() if neighbours else ())]:
         config = normalize(config)
         key = config_key(config)
         if key in queued or key not in space_keys:
@@ -53,7 +55,9 @@ def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None
                                           n_startup_trials=max(5, settings.trials // 4)))
     study = optuna.create_study(study_name=study_name, storage=state.storage, direction="minimize", sampler=sampler,
                                 load_if_exists=True)
-    seed(study, bucket, {config_key(c) for c in space}, neighbours)
+    seeds = (settings.seed_configs or {}).get(bucket.table_key, [])
+    seeds = [c for _, c in sorted(seeds, key=lambda tc: abs(math.log2(tc[0] / bucket.tokens)))]  # nearest first
+    seed(study, bucket, {config_key(c) for c in space}, neighbours, seeds)
     if study.user_attrs.get("heartbeat_s") != settings.heartbeat_s:  # for `msa-tune status`: when a beat is stale
         study.set_user_attr("heartbeat_s", settings.heartbeat_s)
     state.studies[study_name] = (study, space, exhaustive)

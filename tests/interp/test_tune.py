@@ -12,6 +12,7 @@ import time
 import tune
 from codegen import get_config, tuned_store
 from codegen.configs import LaunchConfig
+from codegen.tuning.space import config_key
 
 TINY = ["--interpret", "--arch", "sm90", "--modes", "scalar:fp8", "--layouts", "tp8", "--head-dim", "32",
         "--topk", "4", "--decode-context", "300", "--prefill-prefix", "200"]
@@ -290,3 +291,25 @@ def test_studies_are_seeded_with_the_neighbouring_buckets_winners(tmp_path):
                          "kv_upcast": 2}
     seed(study, bucket, {config_key(c) for c in space}, lambda: neighbours)
     assert len(study.get_trials(deepcopy=False)) == 2, "a study is seeded once"
+
+
+def test_seed_from_a_tuned_file_puts_its_configs_first(tmp_path):
+    """--seed-from: after the default, a study first tries the other file's configs for its table."""
+    first = _run(tmp_path, "--kernels", "decode", "--decode-buckets", "2", "--trials", "1")
+    doc = tuned_store.read_document(first)
+    seeded = dict(block_n=32, num_warps=2, num_stages=1, num_splits=2, fused_merge=1)
+    doc["tables"]["decode/scalar/fp8/8x1"]["buckets"]["2"]["config"] = LaunchConfig(**seeded).to_dict()
+    seed_file = tmp_path / "old.json"
+    tuned_store.write_document(seed_file, doc)
+    out = tmp_path / "cfg2"
+    argv = TINY + ["--out", str(out), "--storage", f"sqlite:///{tmp_path / 'study2.db'}", "--kernels", "decode",
+                   "--decode-buckets", "2", "--trials", "2", "--seed-from", str(seed_file)]
+    assert tune.main(argv) == 0
+    keys = [json.loads(key) for _, _, key in sorted(_trials(tmp_path / "study2.db"))]  # trial order
+    assert len(keys) == 2
+    assert keys[1] == config_key(LaunchConfig(**seeded))
+
+
+def test_seed_from_an_unreadable_file_is_a_clear_error(tmp_path, capsys):
+    assert tune.main(TINY + ["--kernels", "decode", "--seed-from", str(tmp_path / "missing.json")]) == 2
+    assert capsys.readouterr().err.startswith("msa-tune: --seed-from: cannot read ")
