@@ -170,3 +170,45 @@ def test_topk_tails_gpu(arch, mode, kv_dtype, tail, path):
         case = cases.prefill_case(q_lens=[300, 40], prefix_lens=[0, 1800], pattern="correlated", **kw)
         config = LaunchConfig(block_n=64, block_t=4 if path == "prefill_tiles" else 1)
     _check(case, config)
+
+
+def _past_the_end(case):
+    """(page, first slot past the sequence) of every request's last page."""
+    a = case.args
+    return [(int(a["block_table"][r, (n - 1) // 128]), n - (n - 1) // 128 * 128)
+            for r, n in enumerate(a["seq_lens"].tolist()) if n > 0]
+
+
+@pytest.mark.parametrize("mode,kv_dtype", [("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16")])
+@pytest.mark.parametrize("num_splits,fused", [(1, 0), (4, 1)])
+def test_decode_nan_past_the_sequence_gpu(arch, mode, kv_dtype, num_splits, fused):
+    """A TMA box reads whole slices: NaN in the slots past a request's length (fp8 NaN is 0x7f here,
+    which the hardware decodes as NaN, unlike the interpreter) must not reach the output."""
+    hq, hkv = LAYOUTS["tp1"]
+    case = cases.decode_case(arch=arch, seq_lens=[300, 2100, 9000, 61], num_q_heads=hq, num_kv_heads=hkv,
+                             kv_dtype=kv_dtype, scale_mode=mode, q_dtype=torch.bfloat16, device="cuda", seed=5)
+    expected = cases.run_reference(case, dtype=torch.float32)
+    kv = case.args["kv_cache"]
+    for page, first in _past_the_end(case):
+        if kv.dtype == torch.bfloat16:
+            kv[page, :, first:, :] = float("nan")
+        else:
+            kv.view(torch.uint8)[page, :, first:, :] = 0x7F
+    case.poison()
+    out = cases.run_kernel(case, config=LaunchConfig(block_n=64, num_splits=num_splits, fused_merge=fused))
+    torch.cuda.synchronize()
+    result = compare(out, expected, torch.bfloat16)
+    assert result.ok, f"{mode}: {result}"
+
+
+def test_decode_unaligned_cache_takes_plain_loads_gpu(arch):
+    """A cache view whose base is off 16 bytes (no TMA descriptor) gives the same results."""
+    hq, hkv = LAYOUTS["tp4"]
+    case = cases.decode_case(arch=arch, seq_lens=[300, 2100, 9000], num_q_heads=hq, num_kv_heads=hkv,
+                             kv_dtype="fp8", scale_mode="scalar", q_dtype=torch.bfloat16, device="cuda", seed=6)
+    kv = case.args["kv_cache"]
+    shifted = torch.empty(kv.numel() + 1, dtype=kv.dtype, device="cuda")[1:].view(kv.shape)
+    shifted.copy_(kv)
+    assert shifted.data_ptr() % 16 != 0
+    case.args["kv_cache"] = shifted
+    _check(case, LaunchConfig(block_n=64, num_splits=4, fused_merge=1))
