@@ -74,17 +74,14 @@ def _pointer_dtype(launch: StaticLaunch, arg: str) -> torch.dtype:
 
 
 def _kv_descriptor(launch: StaticLaunch, kernel_constexprs: dict):
-    """The decode kernel's `kv_desc` argument: a TMA descriptor over a small cache of the launch's
-    dtype and head_dim (only its type and box shape enter the signature), or, without TMA, the
-    cache tensor the launcher passes in its place."""
+    """The decode kernel's `kv_desc` argument: the module's own TMA descriptor over a small cache
+    of the launch's dtype and head_dim (only its type and box shape enter the signature), or,
+    without TMA, the cache tensor the launcher passes in its place."""
     cache = torch.empty(2, launch.num_kv_heads, PAGE_SIZE, 2 * launch.head_dim,
                         dtype=torch_dtype(launch.arch, launch.kv_dtype))
     if not kernel_constexprs.get("KV_TMA"):
         return cache
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    box = [1, 1, kernel_constexprs["BLOCK_N"], launch.head_dim]
-    return TensorDescriptor(cache, list(cache.shape), list(cache.stride()), box)
+    return launch.module().kv_descriptor(cache, launch.head_dim, kernel_constexprs["BLOCK_N"])
 
 
 def _specializer():
