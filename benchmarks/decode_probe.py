@@ -13,7 +13,6 @@ Compiles run first in `--compile-jobs` processes (each launches every config onc
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import itertools
 import json
@@ -35,10 +34,10 @@ import codegen.api as api  # noqa: E402
 from codegen import cases  # noqa: E402
 from codegen.accuracy import compare  # noqa: E402
 from codegen.configs import LaunchConfig  # noqa: E402
-from codegen.loader import get_config  # noqa: E402
 from codegen.modules import load_module  # noqa: E402
 from codegen.reference import reference_batched  # noqa: E402
 from codegen.timing import copy_bandwidth, graph_time, input_sets  # noqa: E402
+from codegen.variants import Variant  # noqa: E402
 from codegen.workload import min_bytes  # noqa: E402
 
 Spec = bench.Spec
@@ -55,12 +54,10 @@ SPECS = {  # case -> split counts tried
 }
 
 
-def grid(splits) -> list[tuple[bool, LaunchConfig]]:
-    out = []
-    for bn, warps, stages, sp in itertools.product((64, 128), (2, 4, 8), (2, 3, 4), splits):
-        out.append((False, LaunchConfig(block_n=bn, num_warps=warps, num_stages=stages, num_splits=sp,
-                                        fused_merge=int(sp > 1), kv_upcast=2)))
-    return out
+def grid(splits) -> list[LaunchConfig]:
+    return [LaunchConfig(block_n=bn, num_warps=warps, num_stages=stages, num_splits=sp, fused_merge=int(sp > 1),
+                         kv_upcast=2)
+            for bn, warps, stages, sp in itertools.product((64, 128), (2, 4, 8), (2, 3, 4), splits)]
 
 
 @triton.jit
@@ -88,7 +85,7 @@ def _stream_kernel(kv_desc, topk_ptr, block_table_ptr, out_ptr, n_pages_per_spli
 
 
 def stream_time(spec, sets, calls, block_n, warps, stages, splits) -> float:
-    from triton.tools.tensor_descriptor import TensorDescriptor
+    kv_descriptor = load_module("sm90", "decode_split", spec.mode).kv_descriptor  # the split kernel's boxes
 
     def one(case):
         a = case.args
@@ -96,7 +93,7 @@ def stream_time(spec, sets, calls, block_n, warps, stages, splits) -> float:
         total_q, hkv, d = topk.shape[1], kv.shape[1], kv.shape[3] // 2
         if a.get("decode_query_len", 1) != 1:
             raise ValueError("stream probe: query length 1 only")
-        desc = TensorDescriptor(kv, list(kv.shape), list(kv.stride()), [1, 1, block_n, d])
+        desc = kv_descriptor(kv, d, block_n)
         out = torch.empty(total_q * hkv * splits * d, device=kv.device)
         return lambda: _stream_kernel[(total_q, hkv, splits)](
             desc, topk, bt, out, 16 // splits, topk.stride(0), topk.stride(1), bt.stride(0),
@@ -109,7 +106,7 @@ def old_loader(before: pathlib.Path):
     cache = {}
 
     def load(arch, kernel, scale_mode, fold_scales=True):
-        name = f"{arch}_{kernel}_{scale_mode}{'' if fold_scales else '_unfolded'}"
+        name = Variant(arch, kernel, scale_mode, fold_scales).name
         if name not in cache:
             path = before / "codegen" / "generated" / f"{name}.py"
             spec = importlib.util.spec_from_file_location(f"before_{name}", path)
@@ -120,23 +117,17 @@ def old_loader(before: pathlib.Path):
     return load
 
 
-def use(kernel: str, before, keys_on_m: bool = False):
-    """Points the API at the previous main's modules ('before') or this tree's (with an orientation)."""
+def use(kernel: str, before):
+    """Points the API at the previous main's modules ('before') or this tree's ('after')."""
     api.load_module = before if kernel == "before" else load_module
-
-
-def runtime_config(spec: Spec, case) -> LaunchConfig:
-    hq, hkv = bench.LAYOUTS[spec.layout]
-    return get_config("decode", "sm90", torch.cuda.get_device_name(), spec.mode, bench.MODES[spec.mode], hq, hkv,
-                      case.args["q"].shape[0]).config
 
 
 def _compile_shard(args):
     shard, before_dir = args
     before = old_loader(pathlib.Path(before_dir))
-    for spec, kernel, keys_on_m, config in shard:
+    for spec, kernel, config in shard:
         case = bench.build(spec, "sm90", seed=0)
-        use(kernel, before, keys_on_m)
+        use(kernel, before)
         try:
             cases.run_kernel(case, config=config)
         except Exception as exc:  # reported again (and timed as failed) in the timing phase
@@ -157,13 +148,13 @@ def main(argv=None) -> int:
     before = old_loader(args.before)
     specs = {s: sp for s, sp in SPECS.items() if not args.filter or any(f in s.label for f in args.filter)}
 
-    plan = []  # (spec, kernel, keys_on_m, config)
+    plan = []  # (spec, kernel, config)
+    runtime = {}  # spec -> the config the runtime picks (this tree's table; the 'before' column runs it too)
     for spec, splits in specs.items():
-        case = bench.build(spec, "sm90", seed=0)
-        runtime = runtime_config(spec, case)
-        plan.append((spec, "before", False, runtime))
-        plan.append((spec, "after", False, runtime))
-        plan += [(spec, "after", k, c) for k, c in grid(splits)]
+        runtime[spec] = bench.resolve("runtime", spec, "sm90", bench.build(spec, "sm90", seed=0))[0]
+        plan.append((spec, "before", runtime[spec]))
+        plan.append((spec, "after", runtime[spec]))
+        plan += [(spec, "after", c) for c in grid(splits)]
     t0 = time.time()
     jobs = [plan[i::args.compile_jobs] for i in range(args.compile_jobs)]
     with multiprocessing.get_context("spawn").Pool(args.compile_jobs) as pool:
@@ -181,25 +172,24 @@ def main(argv=None) -> int:
         sets = [first] + [bench.build(spec, "sm90", seed=s) for s in range(1, n_sets)]
         ref = reference_batched("decode", first.args)
         best = {}
-        for s, kernel, keys_on_m, config in plan:
+        for s, kernel, config in plan:
             if s != spec:
                 continue
-            use(kernel, before, keys_on_m)
+            use(kernel, before)
             try:
                 t = graph_time([lambda c=sets[i % n_sets]: cases.run_kernel(c, config=config)
                                 for i in range(args.calls)], replays=30).median_us
             except Exception as exc:
                 print(f"  {kernel} {config.non_default()}: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
                 continue
-            row = dict(case=spec.label, kernel=kernel, keys_on_m=keys_on_m, config=config.to_dict(), time_us=t,
+            row = dict(case=spec.label, kernel=kernel, config=config.to_dict(), time_us=t,
                        floor_fraction=nbytes / copy_bps / (t * 1e-6))
             rows.append(row)
-            tag = kernel if kernel == "before" or config == runtime_config(spec, first) and not keys_on_m \
-                else f"after keys_on_m={keys_on_m}"
+            tag = kernel if kernel == "before" or config == runtime[spec] else "after, best of grid"
             if tag not in best or t < best[tag]["time_us"]:
                 best[tag] = row
         for tag, row in best.items():
-            use(row["kernel"], before, row["keys_on_m"])
+            use(row["kernel"], before)
             first.poison()
             out = cases.run_kernel(first, config=LaunchConfig(**row["config"]))
             row["rel_l2"] = compare(out, ref, torch.bfloat16).rel_l2
