@@ -32,6 +32,16 @@ class Case:
         """Fills the output with NaN so an unwritten element can never pass."""
         self.output.fill_(float("nan"))
 
+    def poison_past_the_end(self) -> None:
+        """Fills the slots past each request's length in its last page, which no query may see, with
+        NaN (for fp8 its NaN encoding: 0x7f e4m3fn, 0x80 e4m3fnuz; the GPU decodes it as NaN, the
+        interpreter does not): a kernel that reads whole pages must still never use them."""
+        for req, seq_len in enumerate(self.args["seq_lens"].tolist()):
+            if seq_len > 0:
+                last_block = (seq_len - 1) // PAGE_SIZE
+                page = int(self.args["block_table"][req, last_block])
+                self.args["kv_cache"][page, :, seq_len - last_block * PAGE_SIZE:, :] = float("nan")
+
 
 def _paged_cache(gen, num_pages, num_kv_heads, head_dim, dtype, device, strided):
     """Cache [num_pages, Hkv, 128, 2D]; strided=True gives a token-major physical layout view."""

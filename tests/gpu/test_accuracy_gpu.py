@@ -172,13 +172,6 @@ def test_topk_tails_gpu(arch, mode, kv_dtype, tail, path):
     _check(case, config)
 
 
-def _past_the_end(case):
-    """(page, first slot past the sequence) of every request's last page."""
-    a = case.args
-    return [(int(a["block_table"][r, (n - 1) // 128]), n - (n - 1) // 128 * 128)
-            for r, n in enumerate(a["seq_lens"].tolist()) if n > 0]
-
-
 @pytest.mark.parametrize("mode,kv_dtype", [("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16")])
 @pytest.mark.parametrize("num_splits,fused", [(1, 0), (4, 1)])
 def test_decode_nan_past_the_sequence_gpu(arch, mode, kv_dtype, num_splits, fused):
@@ -188,12 +181,7 @@ def test_decode_nan_past_the_sequence_gpu(arch, mode, kv_dtype, num_splits, fuse
     case = cases.decode_case(arch=arch, seq_lens=[300, 2100, 9000, 61], num_q_heads=hq, num_kv_heads=hkv,
                              kv_dtype=kv_dtype, scale_mode=mode, q_dtype=torch.bfloat16, device="cuda", seed=5)
     expected = cases.run_reference(case, dtype=torch.float32)
-    kv = case.args["kv_cache"]
-    for page, first in _past_the_end(case):
-        if kv.dtype == torch.bfloat16:
-            kv[page, :, first:, :] = float("nan")
-        else:
-            kv.view(torch.uint8)[page, :, first:, :] = 0x7F
+    case.poison_past_the_end()
     case.poison()
     out = cases.run_kernel(case, config=LaunchConfig(block_n=64, num_splits=num_splits, fused_merge=fused))
     torch.cuda.synchronize()
