@@ -56,9 +56,7 @@ def template_params(variant: Variant) -> dict:
         "amd_knobs": spec.amd_knobs,
         "fold_scales": variant.fold_scales,
     }
-    if variant.kernel == "decode_split":
-        # Only the template that reads it: a parameter is part of every variant's input hash, and
-        # one added for decode must not stale the prefill tables.
+    if variant.kernel != "decode_merge":  # the kernels that read K/V pages
         params["kv_tma"] = spec.kv_tma
     return params
 

@@ -1,9 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 6adb7796f2b15e4ee5afef062354a83c12befc35d714be02ef5a9e8dc3bed72e
-
-
+# inputs-sha256: e49dacc8b67008e4390022c3322fa04444effb035d651c008baa9bf3ef4add75
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -92,9 +90,6 @@ def _msa_decode_split_kernel(
     n_read = tl.minimum(topk, n_causal)
     blk_lo = tl.minimum(split * blocks_per_split, n_read)
     blk_hi = tl.minimum(blk_lo + blocks_per_split, n_read)
-    # The program's entries, their pages and visible lengths, loaded once as vectors: the loop
-    # below then takes a page from registers, so nothing but the K/V boxes waits on memory and the
-    # pipeliner can fetch them num_stages - 1 slices ahead.
     offs_k = tl.arange(0, TOPK_P2)
     mine = (offs_k >= blk_lo) & (offs_k < blk_hi)
     ids = tl.load(topk_row_ptr + offs_k * stride_tk_k, mask=mine, other=-1)
@@ -110,27 +105,28 @@ def _msa_decode_split_kernel(
         n_visible = tl.sum(tl.where(entry, n_visible_k, 0), axis=0)
         sub = (it % SUBTILES) * BLOCK_N  # first slot of this slice inside the page
         visible = sub + offs_n < n_visible
-        slot_ptr = kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n) * stride_kv_t
-        k = tl.load(slot_ptr[:, None] + offs_d[None, :] * stride_kv_d, mask=visible[:, None], other=0.0)
-        v = tl.load(slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
-        k = (k.to(tl.float32) * k_scale).to(q.dtype)  # unfolded baseline: every element scaled
-        v = (v.to(tl.float32) * v_scale).to(q.dtype)
+        k = tl.load(
+            kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+            + (0 + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+        k = (k.to(tl.float32) * k_scale).to(q.dtype)  # unfolded baseline: every K element scaled
         if KV_UPCAST == 1:
             k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
-            v = v.to(tl.float32)
-        k = k.to(q.dtype)
-        # Slots past the visible end may hold anything, NaN included (a TMA box reads them all):
-        # p = 0 there, but 0 * NaN would reach the accumulator, so V is zeroed too.
-        v = tl.where(visible[:, None], v.to(q.dtype), 0.0)
-        s = tl.dot(q, tl.trans(k))
+        s = tl.dot(q, tl.trans(k.to(q.dtype)))
         s = s * qk_scale
         s = tl.where(visible[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        # A row that has seen no visible key keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
+        # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_shift)
         p = tl.exp2(s - m_shift[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(
+            kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+            + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+        v = (v.to(tl.float32) * v_scale).to(q.dtype)
+        if KV_UPCAST == 1:
+            v = v.to(tl.float32)
+        v = v.to(q.dtype)
         pv = tl.dot(p.to(q.dtype), v)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
@@ -188,6 +184,7 @@ def _msa_decode_split_kernel(
 
 
 KERNEL = _msa_decode_split_kernel
+
 
 
 def kv_tma_ok(kv_cache, head_dim):
@@ -261,4 +258,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '6adb7796f2b15e4ee5afef062354a83c12befc35d714be02ef5a9e8dc3bed72e'
+INPUTS_SHA256 = 'e49dacc8b67008e4390022c3322fa04444effb035d651c008baa9bf3ef4add75'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: c9e7e4fe78b19b5bcb31a4cdb07bbf8e8143c16ba8a92d9936c9e94278806688
+# inputs-sha256: 03642c2b0ce1dd800492a40321a31ab664131d388abe5386735f25186c5b1726
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -23,7 +23,7 @@ PAGE = 128
 @triton.jit
 def _msa_prefill_kernel(
     # tensors
-    q_ptr, kv_ptr, topk_ptr, block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr, prefix_lens_ptr,
+    q_ptr, kv_ptr, kv_desc, topk_ptr, block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr, prefix_lens_ptr,
     out_ptr,
     k_scale_ptr, v_scale_ptr,  # one fp32 element each, read on the device (graph-capturable)
     # scalars
@@ -37,7 +37,7 @@ def _msa_prefill_kernel(
     # shapes and launch parameters
     GQA: tl.constexpr, GQA_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     TOPK_P2: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    KV_UPCAST: tl.constexpr,
+    KV_UPCAST: tl.constexpr, KV_TMA: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     i0 = tl.program_id(0) * BLOCK_T  # first query of the tile inside its request
@@ -83,25 +83,31 @@ def _msa_prefill_kernel(
         topk_row_ptr = topk_ptr + g * stride_tk_h + t * stride_tk_t
         n_causal = tl.cdiv(tl.maximum(kv_end, 0), PAGE)
         n_read = tl.minimum(topk, n_causal)
-        for it in range(0, n_read * SUBTILES):
-            blk = tl.load(topk_row_ptr + (it // SUBTILES) * stride_tk_k)
-            slot = (it % SUBTILES) * BLOCK_N + offs_n  # offset inside the page
-            # Block numbers are compared, never positions: blk * PAGE wraps int32 for ids near 2**31.
-            # An id outside the causal blocks reads block-table entry 0 under a false mask: nothing.
-            live = (blk >= 0) & (blk < n_causal)
-            blk = tl.where(live, blk, 0)
-            # Visible slots of this page, one vector compare (a scalar & vector mask trips the triton
-            # 3.9 interpreter).
-            n_visible = tl.where(live, kv_end - blk * PAGE, 0)
-            page = tl.load(block_table_row_ptr + blk * stride_bt_b, mask=live, other=0).to(tl.int64)
-            visible = slot < n_visible
-            slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
-            # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
-            k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=visible[None, :], other=0.0)
-            k = (k.to(tl.float32) * k_scale).to(q.dtype)
+        offs_k = tl.arange(0, TOPK_P2)
+        mine = (offs_k >= 0) & (offs_k < n_read)
+        ids = tl.load(topk_row_ptr + offs_k * stride_tk_k, mask=mine, other=-1)
+        # Block numbers are compared, never positions: id * PAGE wraps int32 for ids near 2**31.
+        # An id outside the causal blocks reads block-table entry 0 under a false mask: nothing.
+        live_k = mine & (ids >= 0) & (ids < n_causal)
+        ids = tl.where(live_k, ids, 0)
+        pages_k = tl.load(block_table_row_ptr + ids * stride_bt_b, mask=live_k, other=0)
+        n_visible_k = tl.where(live_k, kv_end - ids.to(tl.int64) * PAGE, 0)
+        for it in range(0 * SUBTILES, n_read * SUBTILES):
+            entry = offs_k == it // SUBTILES
+            page = tl.sum(tl.where(entry, pages_k, 0), axis=0)
+            n_visible = tl.sum(tl.where(entry, n_visible_k, 0), axis=0)
+            sub = (it % SUBTILES) * BLOCK_N  # first slot of this slice inside the page
+            visible = sub + offs_n < n_visible
+            if KV_TMA:
+                k = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), 0]).reshape(BLOCK_N, HEAD_DIM)
+            else:
+                k = tl.load(
+                    kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                    + (0 + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+            k = (k.to(tl.float32) * k_scale).to(q.dtype)  # unfolded baseline: every K element scaled
             if KV_UPCAST == 1:
                 k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
-            s = tl.dot(q, k.to(q.dtype))
+            s = tl.dot(q, tl.trans(k.to(q.dtype)))
             s = s * qk_scale
             s = tl.where(visible[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -110,13 +116,21 @@ def _msa_prefill_kernel(
             alpha = tl.exp2(m_i - m_shift)
             p = tl.exp2(s - m_shift[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            v = tl.load(
-                slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0
-            )
+            if KV_TMA:
+                v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
+            else:
+                v = tl.load(
+                    kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                    + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
             v = (v.to(tl.float32) * v_scale).to(q.dtype)
             if KV_UPCAST == 1:
                 v = v.to(tl.float32)
-            pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
+            v = v.to(q.dtype)
+            if KV_TMA:
+                # A TMA box also reads slots no row sees, which may hold anything, NaN included:
+                # p = 0 there, but 0 * NaN would reach the accumulator.
+                v = tl.where(visible[:, None], v, 0.0)
+            pv = tl.dot(p.to(q.dtype), v)
             acc = acc * alpha[:, None] + pv
             m_i = m_new
     else:
@@ -154,16 +168,20 @@ def _msa_prefill_kernel(
                 n_visible = tl.max(n_vis_row, axis=0)
                 if (earlier == 0) & (n_visible > 0):
                     page = tl.load(block_table_row_ptr + blk * stride_bt_b).to(tl.int64)
-                    for sub in tl.static_range(SUBTILES):
-                        slot = sub * BLOCK_N + offs_n
+                    for sub_i in tl.static_range(SUBTILES):
+                        sub = tl.full([], sub_i * BLOCK_N, tl.int32)  # first slot of the slice
+                        slot = sub + offs_n
                         cols = slot < n_visible
-                        slot_ptr = kv_head_ptr + page * stride_kv_b + slot * stride_kv_t
-                        # K as a [HEAD_DIM, BLOCK_N] tile: only upcast, never scaled element-wise.
-                        k = tl.load(slot_ptr[None, :] + offs_d[:, None] * stride_kv_d, mask=cols[None, :], other=0.0)
-                        k = (k.to(tl.float32) * k_scale).to(q.dtype)
+                        if KV_TMA:
+                            k = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), 0]).reshape(BLOCK_N, HEAD_DIM)
+                        else:
+                            k = tl.load(
+                                kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                                + (0 + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
+                        k = (k.to(tl.float32) * k_scale).to(q.dtype)  # unfolded baseline: every K element scaled
                         if KV_UPCAST == 1:
                             k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
-                        s = tl.dot(q, k.to(q.dtype))
+                        s = tl.dot(q, tl.trans(k.to(q.dtype)))
                         s = s * qk_scale
                         s = tl.where(slot[None, :] < n_vis_row[:, None], s, float("-inf"))
                         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -172,13 +190,21 @@ def _msa_prefill_kernel(
                         alpha = tl.exp2(m_i - m_shift)
                         p = tl.exp2(s - m_shift[:, None])
                         l_i = l_i * alpha + tl.sum(p, axis=1)
-                        v = tl.load(
-                            slot_ptr[:, None] + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0
-                        )
+                        if KV_TMA:
+                            v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
+                        else:
+                            v = tl.load(
+                                kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                                + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
                         v = (v.to(tl.float32) * v_scale).to(q.dtype)
                         if KV_UPCAST == 1:
                             v = v.to(tl.float32)
-                        pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
+                        v = v.to(q.dtype)
+                        if KV_TMA:
+                            # A TMA box also reads slots no row sees, which may hold anything, NaN included:
+                            # p = 0 there, but 0 * NaN would reach the accumulator.
+                            v = tl.where(cols[:, None], v, 0.0)
+                        pv = tl.dot(p.to(q.dtype), v)
                         acc = acc * alpha[:, None] + pv
                         m_i = m_new
 
@@ -194,13 +220,30 @@ def _msa_prefill_kernel(
 KERNEL = _msa_prefill_kernel
 
 
-def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, **_):
+
+def kv_tma_ok(kv_cache, head_dim):
+    """Whether the cache can be read through a TMA descriptor: unit stride on the last axis,
+    16-byte-aligned base and strides, a row of at least 16 bytes (else plain loads)."""
+    size = kv_cache.element_size()
+    return (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
+            and all(stride * size % 16 == 0 for stride in kv_cache.stride()[:3]) and head_dim * size >= 16)
+
+
+def kv_descriptor(kv_cache, head_dim, block_n):
+    """The TMA descriptor over the 4-D cache (all four strides honoured) whose box is one
+    BLOCK_N x HEAD_DIM slice of a (page, KV head)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor(kv_cache, list(kv_cache.shape), list(kv_cache.stride()), [1, 1, block_n, head_dim])
+
+
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=False, **_):
     """The kernel's compile-time parameters for a shape and config (shared with the static checks)."""
     gqa = num_q_heads // num_kv_heads
     gqa_pad = triton.next_power_of_2(gqa)
     return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
-                KV_UPCAST=config.kv_upcast)
+                KV_UPCAST=config.kv_upcast, KV_TMA=kv_tma)
 
 
 def options(config):
@@ -216,16 +259,17 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
+    kv_tma = kv_tma_ok(kv_cache, q.shape[2])
     _msa_prefill_kernel[grid](
-        q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
+        q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output,
         k_scale, v_scale,
         float(sm_scale), topk,
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
         **constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
-                     config=config),
+                     config=config, kv_tma=kv_tma),
         **options(config),
     )
     return output
 
-INPUTS_SHA256 = 'c9e7e4fe78b19b5bcb31a4cdb07bbf8e8143c16ba8a92d9936c9e94278806688'
+INPUTS_SHA256 = '03642c2b0ce1dd800492a40321a31ab664131d388abe5386735f25186c5b1726'

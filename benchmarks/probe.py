@@ -1,11 +1,12 @@
-"""Decode design probe on the GPU: the previous main's kernels (their tuned configs) against this
-tree's decode kernel over a small launch-config grid, side by side on the same inputs.
+"""Kernel design probe on the GPU: the previous main's kernels (their tuned configs) against this
+tree's kernels over a small launch-config grid, side by side on the same inputs (decode cases,
+or with --kernel prefill the prefill headline cases).
 
 Per case: per-call time from one CUDA graph of `--calls` calls over rotating input sets (median of
 replays), % of the HBM floor against a device copy measured in the same run, and the relative L2
 error of the fastest config of each kernel against the float32 reference.
 
-  python benchmarks/decode_probe.py --before .before --out DIR [--compile-jobs 12]
+  python benchmarks/probe.py --before .before --out DIR [--kernel prefill] [--compile-jobs 12]
 
 `--before` is a tree of the previous main (its generated modules are loaded under other names).
 Compiles run first in `--compile-jobs` processes (each launches every config once), timings after.
@@ -36,9 +37,9 @@ from codegen.accuracy import compare  # noqa: E402
 from codegen.configs import LaunchConfig  # noqa: E402
 from codegen.modules import load_module  # noqa: E402
 from codegen.reference import reference_batched  # noqa: E402
-from codegen.timing import copy_bandwidth, graph_time, input_sets  # noqa: E402
+from codegen.timing import copy_bandwidth, graph_time, input_sets, matmul_flops  # noqa: E402
 from codegen.variants import Variant  # noqa: E402
-from codegen.workload import min_bytes  # noqa: E402
+from codegen.workload import min_bytes, useful_flops  # noqa: E402
 
 Spec = bench.Spec
 SPECS = {  # case -> split counts tried
@@ -52,6 +53,21 @@ SPECS = {  # case -> split counts tried
     Spec("decode", "tp1", "per_token_head", 128, 1, 8192): (1, 2),
     Spec("decode", "tp8", "scalar", 256, 1, 128 * 1024): (1, 2),
 }
+
+
+PREFILL_SPECS = {  # case -> tokens per program tried
+    Spec("prefill", "tp1", "scalar", 1, 8192, 0, "correlated"): (1, 2, 4),
+    Spec("prefill", "tp4", "scalar", 1, 8192, 0, "correlated"): (1, 2, 4),
+    Spec("prefill", "tp4", "per_token_head", 1, 8192, 0, "correlated"): (1, 2, 4),
+    Spec("prefill", "tp1", "scalar", 1, 8192, 120 * 1024, "random"): (1, 2),
+    Spec("prefill", "tp4", "scalar", 4, 2048, 0, "random"): (1, 2, 4),
+    Spec("prefill", "tp4", "scalar", 4, 2048, 0, "correlated"): (1, 2, 4),
+}
+
+
+def prefill_grid(block_ts) -> list[LaunchConfig]:
+    return [LaunchConfig(block_t=bt, block_n=bn, num_warps=warps, num_stages=stages, kv_upcast=up)
+            for bt, bn, warps, stages, up in itertools.product(block_ts, (64, 128), (4, 8), (1, 2, 3), (1, 2))]
 
 
 def grid(splits) -> list[LaunchConfig]:
@@ -143,10 +159,12 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--compile-jobs", type=int, default=12)
     ap.add_argument("--filter", nargs="*", default=None)
+    ap.add_argument("--kernel", choices=("decode", "prefill"), default="decode")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     before = old_loader(args.before)
-    specs = {s: sp for s, sp in SPECS.items() if not args.filter or any(f in s.label for f in args.filter)}
+    table, make_grid = (SPECS, grid) if args.kernel == "decode" else (PREFILL_SPECS, prefill_grid)
+    specs = {s: sp for s, sp in table.items() if not args.filter or any(f in s.label for f in args.filter)}
 
     plan = []  # (spec, kernel, config)
     runtime = {}  # spec -> the config the runtime picks (this tree's table; the 'before' column runs it too)
@@ -154,7 +172,7 @@ def main(argv=None) -> int:
         runtime[spec] = bench.resolve("runtime", spec, "sm90", bench.build(spec, "sm90", seed=0))[0]
         plan.append((spec, "before", runtime[spec]))
         plan.append((spec, "after", runtime[spec]))
-        plan += [(spec, "after", c) for c in grid(splits)]
+        plan += [(spec, "after", c) for c in make_grid(splits)]
     t0 = time.time()
     jobs = [plan[i::args.compile_jobs] for i in range(args.compile_jobs)]
     with multiprocessing.get_context("spawn").Pool(args.compile_jobs) as pool:
@@ -162,28 +180,31 @@ def main(argv=None) -> int:
     print(f"compiled {len(plan)} launches in {time.time() - t0:.0f} s", flush=True)
 
     copy_bps = copy_bandwidth()
+    peak = matmul_flops() if args.kernel == "prefill" else None
     print(f"copy {copy_bps / 1e12:.2f} TB/s  {torch.cuda.get_device_name()}  torch {torch.__version__}  "
           f"triton {__import__('triton').__version__}", flush=True)
     rows = []
     for spec in specs:
         first = bench.build(spec, "sm90", seed=0)
-        nbytes = min_bytes(first)
+        nbytes, flops = min_bytes(first), useful_flops(first)
         n_sets = input_sets(nbytes, maximum=args.calls)
         sets = [first] + [bench.build(spec, "sm90", seed=s) for s in range(1, n_sets)]
-        ref = reference_batched("decode", first.args)
+        ref = reference_batched(spec.kernel, first.args)
         best = {}
         for s, kernel, config in plan:
             if s != spec:
                 continue
             use(kernel, before)
             try:
+                calls = args.calls if spec.kernel == "decode" else 1  # a prefill call runs for milliseconds
                 t = graph_time([lambda c=sets[i % n_sets]: cases.run_kernel(c, config=config)
-                                for i in range(args.calls)], replays=30).median_us
+                                for i in range(calls)], replays=30 if spec.kernel == "decode" else 8).median_us
             except Exception as exc:
                 print(f"  {kernel} {config.non_default()}: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
                 continue
             row = dict(case=spec.label, kernel=kernel, config=config.to_dict(), time_us=t,
-                       floor_fraction=nbytes / copy_bps / (t * 1e-6))
+                       floor_fraction=nbytes / copy_bps / (t * 1e-6),
+                       bf16_fraction=flops / peak / (t * 1e-6) if peak else None)
             rows.append(row)
             tag = kernel if kernel == "before" or config == runtime[spec] else "after, best of grid"
             if tag not in best or t < best[tag]["time_us"]:
@@ -193,9 +214,11 @@ def main(argv=None) -> int:
             first.poison()
             out = cases.run_kernel(first, config=LaunchConfig(**row["config"]))
             row["rel_l2"] = compare(out, ref, torch.bfloat16).rel_l2
-            print(f"{spec.label:40s} {tag:22s} {row['time_us']:8.2f} us {100 * row['floor_fraction']:5.1f}% floor "
+            share = (f"{100 * row['bf16_fraction']:5.1f}% bf16" if row.get("bf16_fraction")
+                     else f"{100 * row['floor_fraction']:5.1f}% floor")
+            print(f"{spec.label:40s} {tag:22s} {row['time_us']:8.2f} us {share} "
                   f"rel_l2 {row['rel_l2']:.1e}  {LaunchConfig(**row['config']).non_default()}", flush=True)
-        if spec.tokens == 1:
+        if spec.kernel == "decode" and spec.tokens == 1:
             for bn, warps, stages, sp in itertools.product((64, 128), (4,), (2, 3, 4), SPECS[spec][:2]):
                 try:
                     t = stream_time(spec, sets, args.calls, bn, warps, stages, sp)

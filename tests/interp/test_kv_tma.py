@@ -1,0 +1,56 @@
+"""On sm90 the kernels read whole K/V slices through TMA boxes, slots no row sees included: whatever
+those hold (NaN here) must not reach the output. A cache a TMA descriptor cannot address (a base
+off 16 bytes) takes the plain-load path instead, with the same results. Small shapes, fp32 queries
+and a bf16 cache (a bf16 NaN decodes as NaN in the interpreter; an fp8 one does not)."""
+import pytest
+import torch
+
+from codegen import LaunchConfig, cases
+from codegen.accuracy import compare
+from codegen.modules import load_module
+
+SMALL = dict(head_dim=32, topk=4, num_q_heads=8, num_kv_heads=2, kv_dtype="bf16", scale_mode="none")
+PATHS = {
+    "decode_one_split": ("decode", LaunchConfig(block_n=64, num_splits=1)),
+    "decode_fused_merge": ("decode", LaunchConfig(block_n=32, num_splits=3, fused_merge=1)),
+    "prefill_per_token": ("prefill", LaunchConfig(block_n=64, block_t=1)),
+    "prefill_tiles": ("prefill", LaunchConfig(block_n=32, block_t=4)),
+}
+
+
+def _case(kernel, seed=0):
+    # Every request ends inside a page, so its last page has slots past the sequence.
+    if kernel == "prefill":
+        return cases.prefill_case(arch="sm90", q_lens=[9, 6], prefix_lens=[0, 250], seed=seed, **SMALL)
+    return cases.decode_case(arch="sm90", seq_lens=[60, 200, 300, 700], seed=seed, **SMALL)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_nan_past_the_sequence_never_reaches_the_output(path):
+    kernel, config = PATHS[path]
+    case = _case(kernel)
+    expected = cases.run_reference(case)
+    module = load_module("sm90", "decode_split" if kernel == "decode" else "prefill", "none")
+    assert module.kv_tma_ok(case.args["kv_cache"], 32)  # the TMA path is the one under test
+    case.poison_past_the_end()
+    case.poison()
+    out = cases.run_kernel(case, arch="sm90", config=config)
+    assert torch.isfinite(out).all()
+    assert compare(out, expected, torch.float32).ok
+
+
+@pytest.mark.parametrize("kernel", ["decode", "prefill"])
+def test_a_cache_tma_cannot_address_takes_plain_loads(kernel):
+    case = _case(kernel, seed=1)
+    kv = case.args["kv_cache"]
+    # The same values one bf16 element past a 16-byte boundary: no TMA descriptor for this base.
+    shifted = torch.empty(kv.numel() + 1, dtype=kv.dtype)[1:].view(kv.shape)
+    shifted.copy_(kv)
+    module = load_module("sm90", "decode_split" if kernel == "decode" else "prefill", "none")
+    assert module.kv_tma_ok(kv, 32) and not module.kv_tma_ok(shifted, 32)
+    expected = cases.run_reference(case)
+    case.args["kv_cache"] = shifted
+    case.poison()
+    config = PATHS["decode_fused_merge" if kernel == "decode" else "prefill_tiles"][1]
+    out = cases.run_kernel(case, arch="sm90", config=config)
+    assert compare(out, expected, torch.float32).ok
