@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: 0bff58b72d8395b4dd1aa784f4569a2795fb9513558c5aeb58ccdf018eb3aca9
+# inputs-sha256: 0abe015064acfc9f1bec492fbc19c29d915354da97d68bda6aa7861b951e2f89
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -36,7 +36,7 @@ def _msa_prefill_kernel(
     # shapes and launch parameters
     GQA: tl.constexpr, GQA_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     TOPK_P2: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    KV_UPCAST: tl.constexpr, KV_TMA: tl.constexpr,
+    KV_UPCAST: tl.constexpr, KV_TMA: tl.constexpr, PLAN: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     i0 = tl.program_id(0) * BLOCK_T  # first query of the tile inside its request
@@ -141,64 +141,81 @@ def _msa_prefill_kernel(
             mask=row_ok[:, None] & (offs_k[None, :] < n_read_row[:, None]),
             other=-1,
         )
-        # The tile's entries in (token, entry) order, each token's first n_read only. A page is loaded
-        # once per listing rank: the first time any token lists it, for every row that lists it
-        # (a row listing it twice gets it twice, as a per-token walk does, and no other row does).
-        for e in range(0, n_tok * topk):
-            te = e // topk
-            ke = e % topk
-            n_te = tl.minimum(topk, tl.cdiv(tl.minimum(prefix + i0 + te + 1, seq_len), PAGE))
-            if ke < n_te:  # never a load past the token's first n_read entries
-                blk = tl.load(tile_topk_ptr + te * stride_tk_t + ke * stride_tk_k)
-                live = (blk >= 0) & (blk < tile_blocks)  # block numbers, never positions (no int32 wrap)
-                blk = tl.where(live, blk, 0)
-                # Earlier listings of blk by token te (its entries before ke; L1-resident, not kept live).
-                before_ke = tl.load(tile_topk_ptr + te * stride_tk_t + offs_k * stride_tk_k, mask=offs_k < ke, other=-1)
-                rank = tl.sum((before_ke == blk).to(tl.int32), axis=0)
-                picks = tl.sum(((sel_rows == blk) & live).to(tl.int32), axis=1)  # [BLOCK_M] listings per row
-                # Applied already at an earlier token that lists it more than `rank` times.
-                earlier = tl.sum(((row_t < te) & (picks > rank)).to(tl.int32), axis=0)
-                n_vis_row = tl.where(picks > rank, kv_end_row - blk * PAGE, 0)
-                n_visible = tl.max(n_vis_row, axis=0)
-                if (earlier == 0) & (n_visible > 0):
-                    page = tl.load(block_table_row_ptr + blk * stride_bt_b).to(tl.int64)
-                    for sub_i in tl.static_range(SUBTILES):
-                        sub = tl.full([], sub_i * BLOCK_N, tl.int32)  # first slot of the slice
-                        slot = sub + offs_n
-                        cols = slot < n_visible
-                        if KV_TMA:
-                            k = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), 0]).reshape(BLOCK_N, HEAD_DIM)
-                        else:
-                            k = tl.load(
-                                kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
-                                + (0 + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
-                        if KV_UPCAST == 1:
-                            k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
-                        s = tl.dot(q, tl.trans(k.to(q.dtype)))
-                        s = s * qk_scale
-                        s = tl.where(slot[None, :] < n_vis_row[:, None], s, float("-inf"))
-                        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-                        # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
-                        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-                        alpha = tl.exp2(m_i - m_shift)
-                        p = tl.exp2(s - m_shift[:, None])
-                        l_i = l_i * alpha + tl.sum(p, axis=1)
-                        if KV_TMA:
-                            v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
-                        else:
-                            v = tl.load(
-                                kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
-                                + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
-                        if KV_UPCAST == 1:
-                            v = v.to(tl.float32)
-                        v = v.to(q.dtype)
-                        if KV_TMA:
-                            # A TMA box also reads slots no row sees, which may hold anything, NaN included:
-                            # p = 0 there, but 0 * NaN would reach the accumulator.
-                            v = tl.where(cols[:, None], v, 0.0)
-                        pv = tl.dot(p.to(q.dtype), v)
-                        acc = acc * alpha[:, None] + pv
-                        m_i = m_new
+        # The tile's plan, built once: its entries in (token, entry) order, each token's first n_read
+        # only. A page is loaded once per listing rank: at the first (block, rank) listing in that
+        # order, for every row that lists the block more than `rank` times (a row listing it twice
+        # gets it twice, as a per-token walk does, and no other row does). The walk below is then a
+        # counted loop that takes each page from registers, so its K/V loads can be prefetched.
+        pos = tl.arange(0, PLAN)
+        te_f = pos // TOPK_P2
+        ke_f = pos % TOPK_P2
+        n_read_f = tl.minimum(topk, tl.cdiv(tl.minimum(prefix + i0 + te_f + 1, seq_len), PAGE))
+        read_f = (te_f < n_tok) & (ke_f < n_read_f)  # never a load past a token's first n_read entries
+        blk_f = tl.load(tile_topk_ptr + te_f * stride_tk_t + ke_f * stride_tk_k, mask=read_f, other=-1)
+        live_f = read_f & (blk_f >= 0) & (blk_f < tile_blocks)  # block numbers, never positions (no int32 wrap)
+        # rank: listings of the same block earlier in the same token's row (L1-resident reloads).
+        rank_f = tl.zeros([PLAN], dtype=tl.int32)
+        for kk in tl.static_range(TOPK_P2):
+            earlier_col = tl.load(tile_topk_ptr + te_f * stride_tk_t + kk * stride_tk_k, mask=read_f & (ke_f > kk),
+                                  other=-1)
+            rank_f += (earlier_col == blk_f).to(tl.int32)
+        # Applied already: an earlier token lists the block more than `rank` times.
+        applied_f = pos < 0
+        for tt in tl.static_range(BLOCK_T):
+            n_read_tt = tl.minimum(topk, tl.cdiv(tl.minimum(prefix + i0 + tt + 1, seq_len), PAGE))
+            row_tt = tl.load(tile_topk_ptr + tt * stride_tk_t + offs_k * stride_tk_k,
+                             mask=offs_k < tl.where(tt < n_tok, n_read_tt, 0), other=-1)
+            listed = tl.sum((blk_f[:, None] == row_tt[None, :]).to(tl.int32), axis=1)
+            applied_f = applied_f | ((te_f > tt) & (listed > rank_f))
+        first_f = live_f & ~applied_f
+        plan_f = tl.cumsum(first_f.to(tl.int32), axis=0) - 1  # position in the walk
+        n_plan = tl.sum(first_f.to(tl.int32), axis=0)
+        pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
+        for j in range(0, n_plan):
+            this = first_f & (plan_f == j)
+            blk = tl.sum(tl.where(this, blk_f, 0), axis=0)
+            rank = tl.sum(tl.where(this, rank_f, 0), axis=0)
+            page = tl.sum(tl.where(this, pages_f, 0), axis=0)
+            picks = tl.sum((sel_rows == blk).to(tl.int32), axis=1)  # [BLOCK_M] listings per row
+            n_vis_row = tl.where(picks > rank, kv_end_row - blk * PAGE, 0)
+            n_visible = tl.max(n_vis_row, axis=0)
+            for sub_i in tl.static_range(SUBTILES):
+                sub = tl.full([], sub_i * BLOCK_N, tl.int32)  # first slot of the slice
+                slot = sub + offs_n
+                cols = slot < n_visible
+                if KV_TMA:
+                    k = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), 0]).reshape(BLOCK_N, HEAD_DIM)
+                else:
+                    k = tl.load(
+                        kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                        + (0 + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
+                if KV_UPCAST == 1:
+                    k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
+                s = tl.dot(q, tl.trans(k.to(q.dtype)))
+                s = s * qk_scale
+                s = tl.where(slot[None, :] < n_vis_row[:, None], s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, axis=1))
+                # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
+                m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+                alpha = tl.exp2(m_i - m_shift)
+                p = tl.exp2(s - m_shift[:, None])
+                l_i = l_i * alpha + tl.sum(p, axis=1)
+                if KV_TMA:
+                    v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
+                else:
+                    v = tl.load(
+                        kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                        + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
+                if KV_UPCAST == 1:
+                    v = v.to(tl.float32)
+                v = v.to(q.dtype)
+                if KV_TMA:
+                    # A TMA box also reads slots no row sees, which may hold anything, NaN included:
+                    # p = 0 there, but 0 * NaN would reach the accumulator.
+                    v = tl.where(cols[:, None], v, 0.0)
+                pv = tl.dot(p.to(q.dtype), v)
+                acc = acc * alpha[:, None] + pv
+                m_i = m_new
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     o = acc / l_safe[:, None]
@@ -235,7 +252,7 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=Fals
     gqa_pad = triton.next_power_of_2(gqa)
     return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
-                KV_UPCAST=config.kv_upcast, KV_TMA=kv_tma)
+                KV_UPCAST=config.kv_upcast, KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
 
 
 def options(config):
@@ -263,4 +280,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '0bff58b72d8395b4dd1aa784f4569a2795fb9513558c5aeb58ccdf018eb3aca9'
+INPUTS_SHA256 = '0abe015064acfc9f1bec492fbc19c29d915354da97d68bda6aa7861b951e2f89'

@@ -308,9 +308,7 @@ def test_specialization_matches_the_jit(monkeypatch, launch):
 @pytest.mark.parametrize("kernel,fields", [
     ("decode", dict(num_splits=1, block_n=64)),
     ("prefill", dict(block_t=1, block_n=64)),
-    pytest.param("prefill", dict(block_t=4, block_n=64, kv_upcast=2), marks=pytest.mark.xfail(
-        strict=True, reason="the tile loop's per-pick walk has no counted loop over loads to pipeline "
-                            "(docs/perf-notes.md, 'The tile loop is not pipelined')")),
+    ("prefill", dict(block_t=4, block_n=64, kv_upcast=2)),  # the tile plan's counted walk
 ], ids=["decode_split", "prefill_per_token", "prefill_tiles"])
 def test_page_loops_prefetch(kernel, fields):
     """num_stages is a real knob: at 3 stages the sm90 page loop prefetches K/V slices (cp.async, or
