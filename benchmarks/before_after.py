@@ -4,8 +4,10 @@
       [--plots DIR]
 
 Rows pair up by case label; each side keeps its own run's ceilings (`hbm_fraction` is the floor's
-share of the time). Plots (matplotlib, optional): per-call time and % of the HBM floor against the
-batch size, one panel per (layout, mode).
+share of the time, `bf16_fraction` the share of the measured bf16 matmul peak). A decode row reports
+% of the HBM floor, a prefill row % of the bf16 peak. Plots (matplotlib, optional): decode, per-call
+time and % of the HBM floor against the batch size; prefill, % of the bf16 peak per case, before
+and after side by side; one panel per (layout, mode).
 """
 from __future__ import annotations
 
@@ -25,16 +27,27 @@ def load(paths) -> dict[str, dict]:
     return rows
 
 
+_SHOWN = ("block_t", "block_n", "num_warps", "num_stages", "num_splits", "fused_merge", "kv_upcast")
+_OTHER_KERNELS = {"decode": ("block_t",), "prefill": ("num_splits", "fused_merge")}  # fields the kernel ignores
+
+
+def share(row: dict) -> float:
+    """% of the row's ceiling: the HBM floor for decode, the bf16 matmul peak for prefill."""
+    return 100 * row["bf16_fraction" if row["spec"]["kernel"] == "prefill" else "hbm_fraction"]
+
+
 def markdown(before: dict, after: dict) -> str:
-    lines = ["| case | before us | after us | before / after | after % of floor | after rel L2 | after config |",
+    kernels = {r["spec"]["kernel"] for r in after.values()}
+    ceiling = "bf16 peak" if kernels == {"prefill"} else "floor" if kernels == {"decode"} else "floor / bf16 peak"
+    lines = [f"| case | before us | after us | before / after | after % of {ceiling} | after rel L2 | after config |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for case, a in after.items():
         b = before.get(case)
-        launch = ", ".join(f"{k} {v}" for k, v in a["launch"].items()
-                           if k in ("block_n", "num_warps", "num_stages", "num_splits", "fused_merge", "kv_upcast"))
+        launch = ", ".join(f"{k} {v}" for k, v in a["launch"].items() if k in _SHOWN
+                           and k not in _OTHER_KERNELS[a["spec"]["kernel"]])
         lines.append(f"| {case} | {b['time_us']:.1f} | {a['time_us']:.1f} | {b['time_us'] / a['time_us']:.2f} | "
-                     f"{100 * a['hbm_fraction']:.1f} | {a['rel_l2']:.1e} | {launch} |" if b else
-                     f"| {case} | - | {a['time_us']:.1f} | - | {100 * a['hbm_fraction']:.1f} | {a['rel_l2']:.1e} | {launch} |")
+                     f"{share(a):.1f} | {a['rel_l2']:.1e} | {launch} |" if b else
+                     f"| {case} | - | {a['time_us']:.1f} | - | {share(a):.1f} | {a['rel_l2']:.1e} | {launch} |")
     ratios = [before[c]["time_us"] / a["time_us"] for c, a in after.items() if c in before]
     slower = sum(r < 1 for r in ratios)
     lines += ["", f"{len(ratios)} cases: before / after median {statistics.median(ratios):.2f}, "
@@ -42,12 +55,54 @@ def markdown(before: dict, after: dict) -> str:
     return "\n".join(lines)
 
 
-def plots(before: dict, after: dict, out: pathlib.Path) -> list[pathlib.Path]:
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plots(before: dict, after: dict, out: pathlib.Path) -> list[pathlib.Path]:
+    written = []
+    for kernel, draw in (("decode", decode_plots), ("prefill", prefill_plot)):
+        rows = {c: r for c, r in after.items() if r["spec"]["kernel"] == kernel}
+        if rows:
+            written += draw(before, rows, out)
+    return written
+
+
+def prefill_plot(before: dict, after: dict, out: pathlib.Path) -> list[pathlib.Path]:
+    """% of the bf16 peak per prefill case, before and after, one panel per (layout, mode)."""
+    plt = _pyplot()
+    layouts = sorted({r["spec"]["layout"] for r in after.values()})
+    modes = sorted({r["spec"]["mode"] for r in after.values()})
+    fig, axes = plt.subplots(len(layouts), len(modes), squeeze=False, figsize=(14, 3.2 * len(layouts)))
+    for i, layout in enumerate(layouts):
+        for j, mode in enumerate(modes):
+            ax = axes[i][j]
+            rows = sorted((r for r in after.values() if r["spec"]["layout"] == layout and r["spec"]["mode"] == mode),
+                          key=lambda r: (r["spec"]["pattern"], r["spec"]["context"], r["spec"]["tokens"]))
+            labels = [r["case"].split(f"{mode} ", 1)[-1] for r in rows]
+            ys = range(len(rows))
+            ax.barh([y + 0.2 for y in ys], [share(before[r["case"]]) if r["case"] in before else 0 for r in rows],
+                    height=0.4, color="0.7", label="before")
+            ax.barh([y - 0.2 for y in ys], [share(r) for r in rows], height=0.4, color="tab:blue", label="after")
+            ax.set_yticks(list(ys), labels, fontsize=6)
+            ax.invert_yaxis()
+            ax.set_title(f"{layout} {mode}", fontsize=9)
+            ax.set_xlabel("% of the bf16 peak", fontsize=7)
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    path = out / "prefill_bf16_share.png"
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return [path]
+
+
+def decode_plots(before: dict, after: dict, out: pathlib.Path) -> list[pathlib.Path]:
+    plt = _pyplot()
     panels = sorted({(r["spec"]["layout"], r["spec"]["mode"]) for r in after.values()})
     written = []
     for metric, ylabel, name in (("time_us", "us per call", "decode_time.png"),

@@ -66,8 +66,12 @@ PREFILL_SPECS = {  # case -> tokens per program tried
 
 
 def prefill_grid(block_ts) -> list[LaunchConfig]:
-    return [LaunchConfig(block_t=bt, block_n=bn, num_warps=warps, num_stages=stages, kv_upcast=up)
+    grid = [LaunchConfig(block_t=bt, block_n=bn, num_warps=warps, num_stages=stages, kv_upcast=up)
             for bt, bn, warps, stages, up in itertools.product(block_ts, (64, 128), (4, 8), (1, 2, 3), (1, 2))]
+    if 4 in block_ts:  # 128-row tiles (two warpgroups): only narrow key blocks fit their registers
+        grid += [LaunchConfig(block_t=8, block_n=bn, num_warps=8, num_stages=stages, kv_upcast=up)
+                 for bn, stages, up in itertools.product((32, 64), (2, 3), (1, 2))]
+    return grid
 
 
 def grid(splits) -> list[LaunchConfig]:

@@ -7,7 +7,9 @@ Lookup order for (kernel, arch, device, scale mode, KV dtype, head layout, token
      nearest bucket in log2 space (ties go to the smaller bucket);
   3. else the arch default (codegen.configs.default_config).
 With per_token=True (prefill's per-token path, for selections that neighbouring tokens do not
-share) only buckets whose tuned config is per-token (block_t 1) count, else the arch default.
+share) the same bucket's config runs with block_t 1: its per-token twin keeps the key block, warps,
+stages and upcast tuned for that size (on the H200 the twin of the tuned 4-token tile was the best
+per-token config of the probe grid for unrelated selections, results/h200/prefill-next).
 Files are read once (cached by path and mtime). A broken file, one for another arch or device, or
 a stale one (other template inputs or Triton version) gives one warning; broken and mismatched
 files are ignored, stale ones still serve (their configs are valid launches, maybe not the best).
@@ -139,17 +141,14 @@ def get_config(kernel: str, arch: str, device_name: str, scale_mode: str, kv_dty
                             path=str(path))
     _check_stale(path, table, arch, kernel, scale_mode)
     buckets = {int(b): entry for b, entry in table["buckets"].items()}
-    if per_token:
-        buckets = {b: entry for b, entry in buckets.items() if entry["config"].get("block_t", 1) == 1}
-        if not buckets:
-            return ConfigChoice(default, False, "default", f"{path} {key} has no per-token (block_t 1) bucket",
-                                path=str(path))
     exact = num_tokens in buckets
     bucket = num_tokens if exact else nearest_bucket(buckets, num_tokens)
     config = LaunchConfig.from_dict(buckets[bucket]["config"])
+    if per_token:
+        config = dataclasses.replace(config, block_t=1)
     if config.num_splits > topk:  # a bucket tuned for topk 16 used with a smaller topk
         return ConfigChoice(default, False, "default", f"{path} {key} bucket {bucket}: num_splits > topk={topk}",
                             path=str(path))
     source = "tuned:exact" if exact else "tuned:nearest"
-    scope = " (nearest per-token bucket)" if per_token else ""
+    scope = " (its per-token twin, block_t 1)" if per_token else ""
     return ConfigChoice(config, True, source, f"{path} {key} bucket {bucket}{scope}", bucket=bucket, path=str(path))

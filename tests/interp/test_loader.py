@@ -154,25 +154,24 @@ def test_no_checked_in_file_holds_only_defaults():
         assert any(t["provenance"]["measured"] for t in tables), f"{path.name}: only unmeasured defaults"
 
 
-def test_per_token_lookup_takes_the_nearest_per_token_bucket(config_dir):
+def test_per_token_lookup_takes_the_buckets_per_token_twin(config_dir):
     doc = tuned_store.new_document("sm90", "NVIDIA H200")
     tiles = {512: 1, 2048: 4, 8192: 4}
     doc["tables"]["prefill/scalar/fp8/16x1"] = {
         "provenance": _prov(inputs_sha256=loader.current_inputs_sha256("sm90", "prefill", "scalar")),
-        "buckets": {str(b): dict(config=LaunchConfig(block_t=t, num_stages=3).to_dict(), is_default=False,
-                                 default_us=10.0, tuned_us=8.0, trials=5, failures=0) for b, t in tiles.items()},
+        "buckets": {str(b): dict(config=LaunchConfig(block_t=t, block_n=32 * t, num_stages=3).to_dict(),
+                                 is_default=False, default_us=10.0, tuned_us=8.0, trials=5, failures=0)
+                    for b, t in tiles.items()},
     }
     _write(config_dir, doc)
-    get = lambda **kw: get_config("prefill", "sm90", "NVIDIA H200", "scalar", "fp8", 16, 1, 8192, **kw)  # noqa: E731
-    assert get().config.block_t == 4 and get().source == "tuned:exact"
-    choice = get(per_token=True)
-    assert choice.bucket == 512 and choice.config == LaunchConfig(num_stages=3) and choice.is_tuned
-    assert choice.source == "tuned:nearest" and "per-token" in choice.reason
-    doc["tables"]["prefill/scalar/fp8/16x1"]["buckets"].pop("512")
-    _write(config_dir, doc)
-    loader._load.cache_clear()
-    choice = get(per_token=True)
-    assert not choice.is_tuned and choice.config.block_t == 1 and "no per-token" in choice.reason
+    get = lambda n=8192, **kw: get_config("prefill", "sm90", "NVIDIA H200", "scalar", "fp8", 16, 1, n, **kw)  # noqa: E731
+    assert get().config == LaunchConfig(block_t=4, block_n=128, num_stages=3) and get().source == "tuned:exact"
+    choice = get(per_token=True)  # the 8192 bucket's config with block_t 1, not the 512 bucket's
+    assert choice.bucket == 8192 and choice.config == LaunchConfig(block_n=128, num_stages=3) and choice.is_tuned
+    assert choice.source == "tuned:exact" and "per-token twin" in choice.reason
+    choice = get(600, per_token=True)
+    assert choice.bucket == 512 and choice.config == LaunchConfig(block_n=32, num_stages=3)
+    assert choice.source == "tuned:nearest"
     with pytest.raises(ValueError, match="per_token: only prefill"):
         get_config("decode", "sm90", "NVIDIA H200", "scalar", "fp8", 16, 1, 1, per_token=True)
 
