@@ -9,6 +9,7 @@ from typing import Mapping
 import torch
 
 from . import selection as tile_selection
+from . import selection_kernel
 from . import tuned_store, validate
 from .configs import LaunchConfig, check_kv_upcast, validate_config
 from .loader import get_config
@@ -83,8 +84,10 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
     rest = (seq_lens, prefix_lens, max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale)
     if per_token is None:
         return launch(cu_seqlens_q, *rest, config)
-    tiled_cu, per_token_cu = tile_selection.split_seqlens(
-        cu_seqlens_q, tile_selection.choose_tiles(topk_idx, config.block_t, scale_mode, cu_seqlens_q, prefix_lens))
+    # One launch decides on the device and writes both launches' offsets (the other path's are zeros).
+    tiled_cu, per_token_cu = selection_kernel.decide_and_split(
+        topk_idx, config.block_t, tile_selection.tiles_pay_off_below(config.block_t, scale_mode), cu_seqlens_q,
+        prefix_lens, tile_selection.SAMPLED_TILES)
     launch(tiled_cu, *rest, config)
     return launch(per_token_cu, *rest, per_token)
 

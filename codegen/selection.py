@@ -8,7 +8,9 @@ path does none wasted. The H200 measurements behind the thresholds: TILE_WASTE_S
 
 The decision stays on the GPU (no host sync, CUDA-graph safe): both paths are launched, and the
 one not chosen gets its cu_seqlens_q multiplied by 0, so each of its programs reads an empty
-request and returns.
+request and returns. The API computes the estimate, the decision and both offsets in one launch
+(codegen.selection_kernel); tile_inflation, choose_tiles and split_seqlens here are the torch
+rendering it is tested against.
 """
 from __future__ import annotations
 

@@ -120,3 +120,39 @@ def test_default_selection_runs_a_given_config_as_given(monkeypatch):
         launched.clear()
         cases.run_kernel(case, arch="sm90", **kw)
         assert launched == expected, kw
+
+
+@pytest.mark.parametrize("pattern,q_lens,prefix_lens,block_t,topk", [
+    ("correlated", [40], [9000], 4, 4),
+    ("random", [40], [9000], 4, 4),
+    ("random", [7, 30, 1, 13], [300, 0, 5000, 128], 2, 4),  # tiles straddling requests, a 1-token request
+    ("random", [33, 20], [20000, 700], 8, 16),
+    ("correlated", [3], [10], 4, 4),  # fewer tokens than a tile: nothing sampled
+])
+def test_one_launch_decision_matches_the_torch_estimate(pattern, q_lens, prefix_lens, block_t, topk):
+    from codegen import selection, selection_kernel
+    from codegen.workspace import arrival_counters
+
+    case = _case(pattern, seed=5, q_lens=q_lens, prefix_lens=prefix_lens, topk=topk)
+    a = case.args
+    ids = a["topk_idx"]
+    ids[:, ::5, -1] = -1  # pads and an id past the token's own block are no picks
+    ids[:, 1::7, 0] = 2 ** 31 - 1
+    cu, prefix = a["cu_seqlens_q"], a["prefix_lens"]
+    for r in range(len(q_lens)):  # the block right after the token's own: in the cache, not visible
+        for t in range(int(cu[r]) + 2, int(cu[r + 1]), 9):
+            ids[:, t, 1] = (int(prefix[r]) + t - int(cu[r])) // 128 + 1
+    want = tile_inflation(ids, block_t, cu, prefix, sampled_tiles=6) if sum(q_lens) >= block_t else None
+    for threshold, tiles in ((1e9, True), (0.0, False)):
+        got = torch.full((1,), float("nan"))
+        tiled, per_token = selection_kernel.decide_and_split(ids, block_t, threshold, cu, prefix, 6, got)
+        if want is None:
+            assert got.item() == 1.0 and torch.equal(tiled, cu) and not per_token.any()
+            continue
+        assert got.item() == pytest.approx(want.item(), rel=1e-6)
+        want_tiled, want_per_token = selection.split_seqlens(cu, torch.tensor(tiles))
+        assert torch.equal(tiled, want_tiled) and torch.equal(per_token, want_per_token)
+        assert tiled.dtype == cu.dtype
+    assert not arrival_counters(ids.device, 3, key="selection")[:3].any()  # zero again for the next call
+    with pytest.raises(ValueError, match="block_t"):
+        selection_kernel.decide_and_split(ids, 1, 1.0, cu, prefix, 6)
