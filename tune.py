@@ -141,6 +141,21 @@ def _check(args) -> None:
         unknown = sorted(set(args.candidates) - tables)
         if unknown:
             raise ValueError(f"--candidates: table(s) {unknown} are not in this run's grid; expected some of {sorted(tables)}")
+    if args.candidates is not None:
+        _check_candidates(args.candidates, grid)
+
+
+def _check_candidates(candidates, grid) -> None:
+    """Every candidate must be one its tables' studies can run as given (before anything is touched)."""
+    from codegen.tuning.space import check_candidate
+
+    for bucket in {b.table_key: b for b in grid}.values():
+        listed = candidates.get(bucket.table_key, []) if isinstance(candidates, dict) else candidates
+        where = f"--candidates[{bucket.table_key!r}]" if isinstance(candidates, dict) else "--candidates"
+        for i, config in enumerate(listed):
+            check_candidate(config, arch=bucket.arch, kernel=bucket.kernel, num_q_heads=bucket.num_q_heads,
+                            num_kv_heads=bucket.num_kv_heads, topk=bucket.topk, kv_dtype=bucket.kv_dtype,
+                            what=f"{where}[{i}] for {bucket.table_key}")
 
 
 def _seed_configs(path: pathlib.Path) -> dict:

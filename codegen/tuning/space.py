@@ -99,6 +99,32 @@ def params_of(config: LaunchConfig, arch: str, kernel: str, topk: int = 16, kv_d
     return params
 
 
+def check_candidate(config: LaunchConfig, *, arch: str, kernel: str, num_q_heads: int, num_kv_heads: int,
+                    topk: int = 16, kv_dtype: str = "bf16", what: str = "config") -> None:
+    """Raises ValueError (naming `what` and the field) unless a study of this table can run `config`
+    as given: a valid launch, every searched parameter among the space's choices, no unsearched
+    parameter away from its default (the study would silently measure another config), and at
+    most 128 rows per tile."""
+    try:
+        validate_config(config, arch=arch, kernel=kernel, topk=topk)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    space = choices(arch, kernel, topk, kv_dtype)
+    asked = params_of(config, arch, kernel, topk, kv_dtype)
+    for name, value in asked.items():
+        if value not in space[name]:
+            raise ValueError(f"{what}: {name}={value} is outside the {kernel} search space on {arch} "
+                             f"({kv_dtype} cache); expected one of {list(space[name])}")
+    default = LaunchConfig()
+    for name, value in normalize(config).to_dict().items():
+        if name not in asked and value != getattr(default, name):
+            raise ValueError(f"{what}: {name}={value} is not searched for {kernel} on {arch} ({kv_dtype} cache); "
+                             f"leave it at its default {getattr(default, name)}")
+    if not plausible(config, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads):
+        raise ValueError(f"{what}: block_t={config.block_t} gives more than 128 rows per tile at "
+                         f"{num_q_heads}/{num_kv_heads} heads")
+
+
 def default_for(bucket) -> LaunchConfig:
     return normalize(default_config(bucket.arch, bucket.kernel, num_tokens=bucket.tokens,
                                     num_kv_heads=bucket.num_kv_heads, topk=bucket.topk))

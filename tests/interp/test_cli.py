@@ -36,6 +36,14 @@ BAD = [
     (["--candidates", "3"], "msa-tune: --candidates: expected a JSON list of configs, or an object of such lists by table"),
     (["--kernels", "decode", "--layouts", "tp4", "--candidates", '{"decode/scalar/fp8/64x4": []}'],
      "msa-tune: --candidates: table(s) ['decode/scalar/fp8/64x4'] are not in this run's grid"),
+    # A candidate the studies cannot run as given: refused up front, not by a crash mid-run.
+    (["--kernels", "prefill", "--layouts", "tp4", "--candidates", '[{"block_t": 16}]'],
+     "msa-tune: --candidates[0] for prefill/scalar/fp8/16x1: block_t=16 is outside the prefill search space"),
+    (["--kernels", "prefill", "--modes", "none:bf16", "--layouts", "tp4", "--candidates",
+      '{"prefill/none/bf16/16x1": [{"kv_upcast": 2}]}'],
+     "msa-tune: --candidates['prefill/none/bf16/16x1'][0] for prefill/none/bf16/16x1: kv_upcast=2 is not searched"),
+    (["--kernels", "decode", "--layouts", "tp4", "--candidates", '[{"num_splits": 32}]'],
+     "msa-tune: --candidates[0] for decode/scalar/fp8/16x1: config.num_splits: expected [1, topk=4], got 32"),
     (["--storage", "not a url"], "msa-tune: --storage: not a database URL SQLAlchemy understands"),
     (["--trials", "many"], "msa-tune: argument --trials: invalid int value: 'many' (see msa-tune --help)"),
 ]
