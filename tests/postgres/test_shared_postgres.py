@@ -15,6 +15,7 @@ import os
 import re
 import select
 import socket
+import struct
 import threading
 import uuid
 
@@ -58,55 +59,50 @@ def test_three_workers_one_killed_postgres(pg_url, tmp_path):
 
 class _Cuttable:
     """A loopback TCP forwarder to the PostgreSQL server that the test can cut (every connection
-    reset, the port refusing) and restore, to play a lost database. Bounded: it serves only while
-    the test runs, and only 127.0.0.1."""
+    reset, new ones reset on arrival) and restore, to play a lost database. It holds its port from
+    start to close, so nothing else can take it while cut (closing and re-binding the listener
+    raced with other sockets for the port: "Address already in use"). Bounded: it serves only
+    while the test runs, and only 127.0.0.1."""
 
     def __init__(self, host: str, port: int):
         self.target = (host, port)
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
         self._lock = threading.Lock()
         self._conns: list[socket.socket] = []
-        self._listener = None
+        self._cut = False
         self._stop = threading.Event()
-        self.restore()
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self._listener.settimeout(0.2)
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
 
     def restore(self):
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        listener.settimeout(0.2)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        self._cut = False
 
     def cut(self):
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.close()
+        self._cut = True
         with self._lock:
             conns, self._conns = self._conns, []
         for c in conns:
-            try:
-                c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            c.close()
+            _reset(c)
 
     def close(self):
         self._stop.set()
         self.cut()
+        self._listener.close()
 
-    def _accept(self, listener):
-        while not self._stop.is_set() and self._listener is listener:
+    def _accept(self):
+        while not self._stop.is_set():
             try:
-                client, _ = listener.accept()
+                client, _ = self._listener.accept()
             except socket.timeout:
                 continue
             except OSError:
                 return
+            if self._cut:
+                _reset(client)
+                continue
             try:
                 server = socket.create_connection(self.target, timeout=5)
             except OSError:
@@ -133,6 +129,15 @@ class _Cuttable:
                     s.close()
                 except OSError:
                     pass
+
+
+def _reset(conn: socket.socket) -> None:
+    """Closes with a TCP reset (linger 0): the peer sees the connection lost, not an orderly end."""
+    try:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+    except OSError:
+        pass
 
 
 def _evaluated_by(url, tuner):
