@@ -200,3 +200,36 @@ def test_decode_unaligned_cache_takes_plain_loads_gpu(arch):
     assert shifted.data_ptr() % 16 != 0
     case.args["kv_cache"] = shifted
     _check(case, LaunchConfig(block_n=64, num_splits=4, fused_merge=1))
+
+
+@pytest.mark.parametrize("pattern", ["correlated", "random"])
+@pytest.mark.parametrize("block_t", [2, 4, 8])
+def test_one_launch_decision_matches_the_torch_estimate_gpu(arch, pattern, block_t):
+    """codegen.selection_kernel on the device, in a CUDA graph replayed three times (its counters
+    must return to zero): the same inflation and offsets as the torch estimate, over 300 requests
+    (the binary search over cu_seqlens) with prefixes on both sides of the 16-block mark."""
+    from codegen import selection, selection_kernel
+
+    gen = torch.Generator().manual_seed(block_t)
+    q_lens = torch.randint(1, 40, (300,), generator=gen).tolist()
+    prefix_lens = torch.randint(0, 9000, (300,), generator=gen).tolist()
+    case = cases.prefill_case(arch=arch, pattern=pattern, seed=block_t, q_lens=q_lens, prefix_lens=prefix_lens,
+                              num_q_heads=16, num_kv_heads=2, head_dim=64, q_dtype=torch.bfloat16, device="cuda")
+    a = case.args
+    want = selection.tile_inflation(a["topk_idx"], block_t, a["cu_seqlens_q"], a["prefix_lens"]).item()
+    threshold = selection.tiles_pay_off_below(block_t, "scalar")
+    want_tiled, want_per_token = selection.split_seqlens(a["cu_seqlens_q"], torch.tensor(want <= threshold))
+    got = torch.full((1,), float("nan"), device="cuda")
+    args = (a["topk_idx"], block_t, threshold, a["cu_seqlens_q"], a["prefix_lens"], selection.SAMPLED_TILES, got)
+    selection_kernel.decide_and_split(*args)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tiled, per_token = selection_kernel.decide_and_split(*args)
+    for _ in range(3):
+        got.fill_(float("nan"))
+        tiled.fill_(-1)
+        per_token.fill_(-1)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert got.item() == pytest.approx(want, rel=1e-6)
+        assert torch.equal(tiled, want_tiled.to(tiled.device)) and torch.equal(per_token, want_per_token.to(tiled.device))
