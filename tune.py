@@ -1,7 +1,8 @@
 """msa-tune: tune the MSA kernels' launch parameters on this GPU into tuned_configs/.
 
 For every bucket (kernel x scale mode x KV dtype x head layout x token count) an Optuna study
-searches the kernel's launch parameters; every trial runs in an isolated worker on fresh inputs
+searches the kernel's launch parameters (prefill: one study per launch path, multi-token tiles on
+correlated selections and the per-token path, block_t 1, on unrelated ones); every trial runs in an isolated worker on fresh inputs
 with a poisoned output, must pass the accuracy gate, and is timed from CUDA-graph replays. A config
 replaces the arch default only when a confirmation run shows it faster by --margin. Results go
 to tuned_configs/<arch>__<DEVICE>.json (atomic, merged per table), which the runtime loads.
@@ -48,7 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-context", type=int, default=8192, help="tokens cached per decode request")
     p.add_argument("--prefill-prefix", type=int, default=0, help="cached prefix before the prefill chunk")
     p.add_argument("--pattern", default="correlated", choices=("correlated", "random"),
-                   help="prefill selections: neighbours share blocks (correlated) or not (random)")
+                   help="tiled prefill selections: neighbours share blocks (correlated) or not (random)")
+    p.add_argument("--prefill-paths", default="tiled,per_token",
+                   help="comma list of prefill launch paths to tune: tiled (block_t searched, --pattern "
+                        "selections) and per_token (block_t 1, unrelated selections after a prefix of at least "
+                        "4 x topk pages; its own sub-entry per bucket) (default %(default)s)")
     p.add_argument("--head-dim", type=int, default=128, help="a power of two >= 16 (default %(default)s)")
     p.add_argument("--topk", type=int, default=16, help="blocks selected per query row (default %(default)s)")
     p.add_argument("--trials", type=int, default=40, help="configs evaluated per bucket (default %(default)s)")
@@ -159,7 +164,9 @@ def _check_candidates(candidates, grid) -> None:
 
 
 def _seed_configs(path: pathlib.Path) -> dict:
-    """{table key: [(bucket tokens, LaunchConfig), ...]} of a tuned-config file (--seed-from)."""
+    """{(table key, path): [(bucket tokens, LaunchConfig), ...]} of a tuned-config file (--seed-from).
+    The per-token path takes the file's per-token sub-entries where its table has any, else its
+    tiled configs (the study runs their twins), as the loader would."""
     from codegen import tuned_store
     from codegen.configs import LaunchConfig
 
@@ -169,9 +176,14 @@ def _seed_configs(path: pathlib.Path) -> dict:
         raise ValueError(f"--seed-from: cannot read {path} ({exc.strerror})") from None
     except ValueError as exc:
         raise ValueError(f"--seed-from: {path} is not a tuned-config file ({exc})") from None
-    return {table: [(int(tokens), LaunchConfig.from_dict(entry["config"], what=f"--seed-from {table}@{tokens}"))
-                    for tokens, entry in body["buckets"].items()]
-            for table, body in doc["tables"].items()}
+    seeds = {}
+    for table, body in doc["tables"].items():
+        tiled = tuned_store.path_entries(body, "tiled")
+        per_token = tuned_store.path_entries(body, tuned_store.PER_TOKEN) or tiled
+        for path, entries in (("tiled", tiled), ("per_token", per_token)):
+            seeds[(table, path)] = [(tokens, LaunchConfig.from_dict(entry["config"], what=f"--seed-from {table}@{tokens}"))
+                                    for tokens, entry in entries.items()]
+    return seeds
 
 
 def _grid(args, arch: str, device: str) -> list:
@@ -184,7 +196,8 @@ def _grid(args, arch: str, device: str) -> list:
                   layouts=[x for x in args.layouts.split(",") if x],
                   decode_buckets=B.parse_ints(args.decode_buckets, "--decode-buckets"),
                   prefill_buckets=B.parse_ints(args.prefill_buckets, "--prefill-buckets"),
-                  decode_context=args.decode_context, prefill_prefix=args.prefill_prefix, pattern=args.pattern)
+                  decode_context=args.decode_context, prefill_prefix=args.prefill_prefix, pattern=args.pattern,
+                  prefill_paths=B.parse_paths(args.prefill_paths), topk=args.topk)
     return [dataclasses.replace(b, head_dim=args.head_dim, topk=args.topk) for b in grid]
 
 

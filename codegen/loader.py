@@ -7,9 +7,12 @@ Lookup order for (kernel, arch, device, scale mode, KV dtype, head layout, token
      nearest bucket in log2 space (ties go to the smaller bucket);
   3. else the arch default (codegen.configs.default_config).
 With per_token=True (prefill's per-token path, for selections that neighbouring tokens do not
-share) the same bucket's config runs with block_t 1: its per-token twin keeps the key block, warps,
-stages and upcast tuned for that size (on the H200 the twin of the tuned 4-token tile was the best
-per-token config of the probe grid for unrelated selections, results/h200/prefill-next).
+share): when the table has per-token sub-entries (tuned by their own studies on unrelated
+selections), the exact or nearest bucket among those that have one; in a table without any, the
+same bucket's config with block_t 1, its per-token twin, which keeps the key block, warps, stages
+and upcast tuned for that size (on the H200 the twin of the tuned 4-token tile was the best
+per-token config of the probe grid for fp8 caches, results/h200/prefill-next, but ~20% slower
+than the arch default for the bf16 cache: hence the per-token studies).
 Files are read once (cached by path and mtime). A broken file, one for another arch or device, or
 a stale one (other template inputs or Triton version) gives one warning; broken and mismatched
 files are ignored, stale ones still serve (their configs are valid launches, maybe not the best).
@@ -140,15 +143,27 @@ def get_config(kernel: str, arch: str, device_name: str, scale_mode: str, kv_dty
         return ConfigChoice(default, False, "default", f"{path} table {key} holds unmeasured defaults",
                             path=str(path))
     _check_stale(path, table, arch, kernel, scale_mode)
-    buckets = {int(b): entry for b, entry in table["buckets"].items()}
+    buckets, scope = _path_buckets(table, per_token)
+    if not buckets:  # only the other path's studies finished so far
+        return ConfigChoice(default, False, "default", f"{path} {key} has no bucket for this path", path=str(path))
     exact = num_tokens in buckets
     bucket = num_tokens if exact else nearest_bucket(buckets, num_tokens)
     config = LaunchConfig.from_dict(buckets[bucket]["config"])
     if per_token:
-        config = dataclasses.replace(config, block_t=1)
+        config = dataclasses.replace(config, block_t=1)  # already 1 in a per-token sub-entry
     if config.num_splits > topk:  # a bucket tuned for topk 16 used with a smaller topk
         return ConfigChoice(default, False, "default", f"{path} {key} bucket {bucket}: num_splits > topk={topk}",
                             path=str(path))
     source = "tuned:exact" if exact else "tuned:nearest"
-    scope = " (its per-token twin, block_t 1)" if per_token else ""
     return ConfigChoice(config, True, source, f"{path} {key} bucket {bucket}{scope}", bucket=bucket, path=str(path))
+
+
+def _path_buckets(table: dict, per_token: bool) -> tuple[dict[int, dict], str]:
+    """({tokens: entry} to look the call up in, what the reason adds): the tiled entries; for the
+    per-token path its sub-entries when the table has any, else the tiled entries (their twins)."""
+    if not per_token:
+        return tuned_store.path_entries(table, "tiled"), ""
+    own = tuned_store.path_entries(table, tuned_store.PER_TOKEN)
+    if own:
+        return own, " (its per-token entry)"
+    return tuned_store.path_entries(table, "tiled"), " (its per-token twin, block_t 1)"

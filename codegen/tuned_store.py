@@ -2,7 +2,8 @@
 
 One file per (arch, normalized device name): ``tuned_configs/<arch>__<DEVICE>.json``. Inside, one
 table per (kernel, scale mode, KV dtype, head layout) maps a token-count bucket to a launch config,
-with the provenance of the run that measured it. The schema is documented in
+with the provenance of the run that measured it; a prefill bucket may also hold a "per_token"
+sub-entry, the config tuned for prefill's per-token path (block_t 1, unrelated selections). The schema is documented in
 docs/tuned-configs.md and checked by `validate_document` on every load and before every write.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ _PROVENANCE_KEYS = ("measured", "gpu_name", "arch", "triton", "torch", "cuda", "
 # A table's buckets are merged only across runs that agree on these.
 _SOURCE_KEYS = ("measured", "gpu_name", "triton", "inputs_sha256")
 _BUCKET_KEYS = ("config", "is_default", "default_us", "tuned_us", "trials", "failures")
+PER_TOKEN = "per_token"  # a bucket entry's sub-entry for prefill's per-token path
 
 
 class SchemaError(ValueError):
@@ -119,14 +121,57 @@ def validate_document(doc) -> dict:
             bwhere = f"{where}.buckets[{bucket!r}]"
             if not bucket.isdigit() or int(bucket) < 1:
                 raise SchemaError(f"{bwhere}: bucket keys are token counts >= 1")
-            for bkey in _BUCKET_KEYS:
-                _require(entry, bkey, None, bwhere)
-            try:
-                config = LaunchConfig.from_dict(entry["config"], what=f"{bwhere}.config")
-                validate_config(config, arch=arch, kernel=kernel)
-            except (TypeError, ValueError) as exc:
-                raise SchemaError(str(exc)) from None
+            _validate_bucket(entry, bwhere, arch, kernel)
     return doc
+
+
+def _validate_bucket(entry, where: str, arch: str, kernel: str) -> None:
+    """A bucket entry: the tiled entry's keys, a per_token sub-entry, or both (either study of a
+    bucket may finish first when several workers share a run)."""
+    if not isinstance(entry, dict):
+        raise SchemaError(f"{where}: expected a JSON object")
+    if PER_TOKEN not in entry or "config" in entry:
+        _validate_entry(entry, where, arch, kernel)
+    if PER_TOKEN in entry:
+        if kernel != "prefill":
+            raise SchemaError(f"{where}.{PER_TOKEN}: only prefill has a per-token path")
+        sub = _require(entry, PER_TOKEN, dict, where)
+        config = _validate_entry(sub, f"{where}.{PER_TOKEN}", arch, kernel)
+        if config.block_t != 1:
+            raise SchemaError(f"{where}.{PER_TOKEN}.config.block_t: the per-token path runs block_t 1, "
+                              f"got {config.block_t}")
+
+
+def _validate_entry(entry: dict, where: str, arch: str, kernel: str) -> LaunchConfig:
+    """One path's entry: its required keys and a valid launch config (returned)."""
+    for key in _BUCKET_KEYS:
+        _require(entry, key, None, where)
+    try:
+        config = LaunchConfig.from_dict(entry["config"], what=f"{where}.config")
+        validate_config(config, arch=arch, kernel=kernel)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(str(exc)) from None
+    return config
+
+
+def path_entries(table: dict, path: str) -> dict[int, dict]:
+    """{tokens: entry} of one launch path in a (validated) table: "tiled", the bucket entries that
+    hold a config; "per_token", their per_token sub-entries."""
+    if path == PER_TOKEN:
+        return {int(b): e[PER_TOKEN] for b, e in table["buckets"].items() if PER_TOKEN in e}
+    return {int(b): e for b, e in table["buckets"].items() if "config" in e}
+
+
+def merge_bucket(old: dict | None, new: dict) -> dict:
+    """A bucket entry after a write of `new`: the tiled part and the per_token sub-entry are each
+    replaced only by a write that carries them, so each path's study publishes without undoing
+    the other's."""
+    if "config" not in new:  # a per-token result alone
+        return dict(old or {}, **new)
+    merged = dict(new)
+    if old and PER_TOKEN in old and PER_TOKEN not in new:
+        merged[PER_TOKEN] = old[PER_TOKEN]
+    return merged
 
 
 def new_document(arch: str, device: str) -> dict:
@@ -180,7 +225,8 @@ def locked(path: pathlib.Path):
 
 
 def update_table(path: pathlib.Path, arch: str, device: str, key: str, provenance: dict, buckets: dict) -> dict:
-    """Merges `buckets` into table `key` of the file at `path` (created if absent), under a lock."""
+    """Merges `buckets` ({tokens: entry}, merge_bucket's rules) into table `key` of the file at
+    `path` (created if absent), under a lock."""
     with locked(path):
         doc = read_document(path) if pathlib.Path(path).exists() else new_document(arch, device)
         table = doc["tables"].get(key)
@@ -188,6 +234,7 @@ def update_table(path: pathlib.Path, arch: str, device: str, key: str, provenanc
         if not same_source:  # measured with other kernels, Triton or GPU: its buckets are not comparable
             table = doc["tables"][key] = {"provenance": provenance, "buckets": {}}
         table["provenance"] = provenance
-        table["buckets"].update(buckets)
+        for tokens, entry in buckets.items():
+            table["buckets"][tokens] = merge_bucket(table["buckets"].get(tokens), entry)
         write_document(path, doc)
     return doc

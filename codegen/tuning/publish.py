@@ -44,28 +44,44 @@ class Publisher:
         entry = dict(config=result.config.to_dict(), is_default=result.is_default, default_us=result.default_us,
                      tuned_us=result.tuned_us, trials=result.trials, failures=result.failures,
                      failure_kinds=result.failure_kinds, note=result.note, study=result.study_name)
+        if bucket.per_token:  # its selections and prefix differ from the table's workload: recorded with it
+            entry["workload"] = dict(pattern=bucket.pattern, prefill_prefix=bucket.context)
         tuned_store.update_table(self.out_path, self.arch, self.device_name, bucket.table_key, prov,
-                                 {str(bucket.tokens): entry})
+                                 {str(bucket.tokens): bucket_entry(bucket, entry)})
         log(f"msa-tune: wrote {bucket.label} to {self.out_path}")
         return dict(arch=self.arch, device_name=self.device_name, table_key=bucket.table_key, tokens=bucket.tokens,
-                    entry=entry, provenance=prov)
+                    path=bucket.path, entry=entry, provenance=prov)
 
     def neighbours(self, bucket, count: int = 2) -> list:
-        """Configs chosen (not the default) for the `count` buckets of this table nearest to `bucket`
-        in log2 tokens, from the file this run writes; none when it does not exist or cannot be read."""
+        """Configs chosen (not the default) for the `count` buckets of this table and path nearest to
+        `bucket` in log2 tokens, from the file this run writes; none when it does not exist or cannot
+        be read. A per-token bucket first takes its own bucket's tiled config (the study makes it its
+        twin): the per-token config the loader served before this study."""
         try:
-            table = tuned_store.read_document(self.out_path)["tables"].get(bucket.table_key, {})
+            table = tuned_store.read_document(self.out_path)["tables"].get(bucket.table_key)
         except (OSError, ValueError):
             return []
-        chosen = {int(tokens): entry for tokens, entry in table.get("buckets", {}).items()
-                  if int(tokens) != bucket.tokens and not entry.get("is_default")}
+        if table is None:
+            return []
+        chosen = {tokens: entry for tokens, entry in tuned_store.path_entries(table, bucket.path).items()
+                  if tokens != bucket.tokens and not entry.get("is_default")}
+        nearest = [chosen[tokens] for tokens in buckets_by_distance(chosen, bucket.tokens)[:count]]
+        tiled = tuned_store.path_entries(table, "tiled").get(bucket.tokens)
+        if bucket.per_token and tiled and not tiled.get("is_default"):
+            nearest.insert(0, tiled)
         configs = []
-        for tokens in buckets_by_distance(chosen, bucket.tokens)[:count]:
+        for entry in nearest:
             try:
-                configs.append(LaunchConfig.from_dict(chosen[tokens]["config"]))
+                configs.append(LaunchConfig.from_dict(entry["config"]))
             except (TypeError, ValueError):
                 continue
         return configs
+
+
+def bucket_entry(bucket, entry: dict) -> dict:
+    """What a bucket's result writes into its table's bucket entry: the entry itself (tiled), or a
+    per_token sub-entry (tuned_store.merge_bucket keeps the other part)."""
+    return {tuned_store.PER_TOKEN: entry} if bucket.per_token else entry
 
 
 def write_defaults(out_path: pathlib.Path, arch: str, device_name: str, grid, versions: dict, argv) -> None:
@@ -77,6 +93,8 @@ def write_defaults(out_path: pathlib.Path, arch: str, device_name: str, grid, ve
             measured=False, gpu_name=device_name, arch=arch,
             inputs=current_inputs_sha256(arch, b.kernel, b.scale_mode), versions=versions, argv=argv,
             note="not measured: no such GPU was available; every bucket holds the arch default"), "buckets": {}})
-        table["buckets"][str(b.tokens)] = dict(config=default_for(b).to_dict(), is_default=True, default_us=None,
-                                               tuned_us=None, trials=0, failures=0)
+        entry = dict(config=default_for(b).to_dict(), is_default=True, default_us=None, tuned_us=None, trials=0,
+                     failures=0)
+        tokens = str(b.tokens)
+        table["buckets"][tokens] = tuned_store.merge_bucket(table["buckets"].get(tokens), bucket_entry(b, entry))
     tuned_store.write_document(out_path, doc)

@@ -7,43 +7,46 @@ import zlib
 import optuna
 
 from .buckets import Bucket
-from .space import config_key, default_for, enumerate_space, normalize, params_of
+from .space import config_key, default_for, enumerate_space, for_path, normalize, params_of
 
 
 def seed(study, bucket: Bucket, space_keys: set[str], neighbours=None, seeds=()) -> None:
     """The default is always the first trial of a study (the baseline every candidate must beat);
     then `seeds` (--seed-from: another file's configs for this table, nearest bucket first), then
     the configs chosen for the nearest finished buckets of the same table; each only when in this
-    study's space: a winner elsewhere is the likeliest good point, and costs one trial.
+    study's space: a winner elsewhere is the likeliest good point, and costs one trial. A per-token
+    study takes each as its twin (block_t 1).
     `neighbours` returns those configs; it is called only when the study is seeded."""
     if study.user_attrs.get("seeded"):
         return
     study.set_user_attr("seeded", True)
     queued = set()
     for config in [default_for(bucket), *seeds, *(neighbours() if neighbours else ())]:
-        config = normalize(config)
+        config = normalize(for_path(config, bucket.path))
         key = config_key(config)
         if key in queued or key not in space_keys:
             continue
         queued.add(key)
-        study.enqueue_trial(params_of(config, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype),
+        study.enqueue_trial(params_of(config, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype, bucket.path),
                             skip_if_exists=True)
 
 
 def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None) -> tuple:
     """(study, space, exhaustive) of a bucket, created or loaded once per worker and seeded once
     per study. exhaustive: the space is no larger than the trial budget, so every point is queued
-    rather than sampled."""
+    rather than sampled. A per-token study searches the twins (block_t 1) of --candidates."""
     if study_name in state.studies:
         return state.studies[study_name]
     if settings.candidates is not None:
         listed = settings.candidates
         if isinstance(listed, dict):  # lists by table (e.g. each table's winners before a kernel change)
             listed = listed.get(bucket.table_key, [])
-        space = list({config_key(c): c for c in [default_for(bucket)] + [normalize(c) for c in listed]}.values())
+        listed = [normalize(for_path(c, bucket.path)) for c in listed]
+        space = list({config_key(c): c for c in [default_for(bucket)] + listed}.values())
     else:
         space = enumerate_space(bucket.arch, bucket.kernel, num_q_heads=bucket.num_q_heads,
-                                num_kv_heads=bucket.num_kv_heads, topk=bucket.topk, kv_dtype=bucket.kv_dtype)
+                                num_kv_heads=bucket.num_kv_heads, topk=bucket.topk, kv_dtype=bucket.kv_dtype,
+                                path=bucket.path)
     exhaustive = len(space) <= settings.trials
     # One seed per table: the buckets of a table propose the same points, so their kernels (which do
     # not depend on the token count) compile once for the whole table; different tables (other
@@ -55,7 +58,7 @@ def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None
                                           n_startup_trials=max(5, settings.trials // 4)))
     study = optuna.create_study(study_name=study_name, storage=state.storage, direction="minimize", sampler=sampler,
                                 load_if_exists=True)
-    seeds = (settings.seed_configs or {}).get(bucket.table_key, [])
+    seeds = (settings.seed_configs or {}).get((bucket.table_key, bucket.path), [])
     seeds = [c for _, c in sorted(seeds, key=lambda tc: abs(math.log2(tc[0] / bucket.tokens)))]  # nearest first
     seed(study, bucket, {config_key(c) for c in space}, neighbours, seeds)
     if study.user_attrs.get("heartbeat_s") != settings.heartbeat_s:  # for `msa-tune status`: when a beat is stale

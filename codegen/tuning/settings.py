@@ -33,7 +33,8 @@ class TuneSettings:
     seed: int = 0
     heartbeat_s: int = 10
     candidates: list | dict | None = None  # search only these LaunchConfigs (plus the default), or lists by table
-    seed_configs: dict | None = None  # {table key: [(bucket tokens, LaunchConfig)]}: first trials after the default
+    # {(table key, path): [(bucket tokens, LaunchConfig)]}: first trials after the default
+    seed_configs: dict | None = None
     db_retries: int = 5  # a database call that loses the connection is retried this often ...
     db_retry_s: float = 30.0  # ... with backoff (1, 2, 4, ... s) for at most this long in all
 

@@ -18,9 +18,13 @@ _FP8 = {"kv_upcast": (0, 1, 2)}  # how fp8 K/V reach the MMAs (configs.KV_UPCAST
 _AMD = {"waves_per_eu": (0, 1, 2, 4), "matrix_instr_nonkdim": (16, 32), "kpack": (1, 2)}
 
 
-def choices(arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16") -> dict[str, tuple]:
+def choices(arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16", path: str = "tiled") -> dict[str, tuple]:
+    """The values each searched parameter takes. path "per_token": prefill's per-token path, whose
+    block_t is fixed to 1 (the LaunchConfig default), so it is not searched."""
     space = dict(_COMMON)
     space.update(_PREFILL if kernel == "prefill" else _DECODE)
+    if path == "per_token":
+        del space["block_t"]
     if kernel == "decode":
         space["num_splits"] = tuple(s for s in space["num_splits"] if s <= topk)
     if kv_dtype == "fp8":
@@ -51,9 +55,9 @@ def plausible(config: LaunchConfig, *, num_q_heads: int, num_kv_heads: int) -> b
 
 
 def enumerate_space(arch: str, kernel: str, *, num_q_heads: int, num_kv_heads: int, topk: int = 16,
-                    kv_dtype: str = "bf16") -> list[LaunchConfig]:
+                    kv_dtype: str = "bf16", path: str = "tiled") -> list[LaunchConfig]:
     """Every distinct plausible config of the space (for exhaustive search and for tests)."""
-    space = choices(arch, kernel, topk, kv_dtype)
+    space = choices(arch, kernel, topk, kv_dtype, path)
     names = list(space)
     seen, configs = set(), []
     for values in itertools.product(*(space[n] for n in names)):
@@ -76,9 +80,9 @@ def _asked(name: str, values: dict) -> bool:
     return True
 
 
-def suggest(trial, arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16") -> LaunchConfig:
+def suggest(trial, arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16", path: str = "tiled") -> LaunchConfig:
     """Define-by-run sampling for Optuna: a parameter is asked only where it does something."""
-    space = choices(arch, kernel, topk, kv_dtype)
+    space = choices(arch, kernel, topk, kv_dtype, path)
     values = {}
     for name, options in space.items():
         if not _asked(name, values):
@@ -87,10 +91,11 @@ def suggest(trial, arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16
     return normalize(LaunchConfig(**values))
 
 
-def params_of(config: LaunchConfig, arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16") -> dict:
+def params_of(config: LaunchConfig, arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16",
+              path: str = "tiled") -> dict:
     """The Optuna params that make `suggest` return `config` (for enqueue_trial)."""
     config = normalize(config)
-    space = choices(arch, kernel, topk, kv_dtype)
+    space = choices(arch, kernel, topk, kv_dtype, path)
     params = {}
     for name in space:
         if not _asked(name, params):
@@ -125,6 +130,15 @@ def check_candidate(config: LaunchConfig, *, arch: str, kernel: str, num_q_heads
                          f"{num_q_heads}/{num_kv_heads} heads")
 
 
+def for_path(config: LaunchConfig, path: str) -> LaunchConfig:
+    """The config a study of `path` runs for `config`: on the per-token path its twin, block_t 1
+    (how seeds, candidates and the default of a table reach a per-token study)."""
+    return dataclasses.replace(config, block_t=1) if path == "per_token" else config
+
+
 def default_for(bucket) -> LaunchConfig:
-    return normalize(default_config(bucket.arch, bucket.kernel, num_tokens=bucket.tokens,
-                                    num_kv_heads=bucket.num_kv_heads, topk=bucket.topk))
+    """The arch default a bucket's study starts from and is confirmed against (per-token: its twin,
+    the config the loader falls back to for that path)."""
+    config = default_config(bucket.arch, bucket.kernel, num_tokens=bucket.tokens, num_kv_heads=bucket.num_kv_heads,
+                            topk=bucket.topk)
+    return normalize(for_path(config, bucket.path))

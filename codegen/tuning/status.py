@@ -19,6 +19,7 @@ import time
 import optuna
 
 from .argparsing import Parser
+from .buckets import PATHS, parse_label
 from .claims import CLAIM
 from .heartbeats import OptunaIncompatible
 from .records import RESULT, evaluated, failure_reason, is_final
@@ -89,10 +90,11 @@ def main(argv: list[str]) -> int:
 
 
 def parse_study_name(name: str) -> dict:
-    """Bucket.study_name() back into its parts (label = table key @ tokens)."""
+    """Bucket.study_name() back into its parts (label = table key @ tokens, with ":per_token" for
+    the per-token path: the label is everything between the device and ctx<prefix>)."""
     parts = name.split(":")
     if len(parts) >= 7 and parts[-1].startswith("triton"):
-        return dict(arch=parts[0], device=parts[1], label=parts[2], inputs=parts[-2],
+        return dict(arch=parts[0], device=parts[1], label=":".join(parts[2:-4]), inputs=parts[-2],
                     triton=parts[-1].removeprefix("triton"))
     return dict(arch="?", device="?", label=name, inputs="?", triton="?")
 
@@ -116,11 +118,12 @@ def _heartbeat_ages(storage) -> dict[int, float]:
 
 
 def _order(study_name: str) -> tuple:
-    """Sort key of a study: its run (arch, device, Triton, sources), table, then tokens as a number."""
+    """Sort key of a study: its run (arch, device, Triton, sources), table, tokens as a number, then
+    path (a bucket's per-token study right after its tiled one)."""
     info = parse_study_name(study_name)
-    table, _, tokens = info["label"].rpartition("@")
-    number = int(tokens) if tokens.isdigit() else -1
-    return (info["arch"], info["device"], info["triton"], info["inputs"], table or info["label"], number, study_name)
+    table, tokens, path = parse_label(info["label"])
+    order = PATHS.index(path) if path in PATHS else len(PATHS)
+    return (info["arch"], info["device"], info["triton"], info["inputs"], table, tokens, order, study_name)
 
 
 def _failures(failed, limit: int = 3) -> list[str]:
@@ -257,14 +260,18 @@ def export(storage, out_dir: pathlib.Path | None = None, any_sources: bool = Fal
         if not any_sources and result["provenance"].get("inputs_sha256") != current[key]:
             skipped += 1
             continue
-        slot = (tuned_store.file_name(result["arch"], result["device_name"]), result["table_key"], str(result["tokens"]))
+        path = result.get("path", "tiled")  # results recorded before the per-token studies: tiled
+        slot = (tuned_store.file_name(result["arch"], result["device_name"]), result["table_key"],
+                str(result["tokens"]), path)
         if slot not in chosen or result.get("finished_at", "") >= chosen[slot].get("finished_at", ""):
             chosen[slot] = result
     written: dict[pathlib.Path, int] = {}
-    for (name, table, tokens), result in sorted(chosen.items(), key=lambda kv: kv[1].get("finished_at", "")):
+    for (name, table, tokens, bucket_path), result in sorted(chosen.items(),
+                                                             key=lambda kv: kv[1].get("finished_at", "")):
         path = out_dir / name
+        entry = {tuned_store.PER_TOKEN: result["entry"]} if bucket_path == "per_token" else result["entry"]
         tuned_store.update_table(path, result["arch"], result["device_name"], table, result["provenance"],
-                                 {tokens: result["entry"]})
+                                 {tokens: entry})
         written[path] = written.get(path, 0) + 1
     for path, n in written.items():
         tuned_store.read_document(path)  # validates

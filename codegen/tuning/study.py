@@ -96,7 +96,7 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
             waiting = records.waiting_keys(trials)
             for key in unclaimed[:batch]:
                 if key not in waiting:
-                    study.enqueue_trial(params_of(space_keys[key], bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype))
+                    study.enqueue_trial(_params(bucket, space_keys[key]))
             room = min(room, len(unclaimed))
         if room <= 0:  # the rest is being measured by other workers
             return _busy(bucket, study_name, state, log, f"the last {len(running)} trials are running elsewhere")
@@ -105,7 +105,7 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
         for _ in range(min(batch, room)):
             trial = study.ask()
             state.heartbeats.add(trial._trial_id)
-            config = suggest(trial, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype)
+            config = suggest(trial, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype, bucket.path)
             key = config_key(config)
             trial.set_user_attr("config_key", key)
             trial.set_user_attr("config", config.to_dict())
@@ -134,7 +134,7 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
                 # Out of GPU memory says nothing about the config: drop this attempt, queue the config again.
                 log(f"  {bucket.label} trial #{trial.number}: out of GPU memory; queued again")
                 _tell(study, trial, state, lost="out_of_memory")
-                study.enqueue_trial(params_of(config, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype))
+                study.enqueue_trial(_params(bucket, config))
                 continue
             if result.get("ok"):
                 _tell(study, trial, state, value=result["time_us"], log=log, bucket=bucket,
@@ -144,6 +144,11 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
                 _tell(study, trial, state, failure=(result.get("kind", "error"), result.get("message", "")),
                       log=log, bucket=bucket)
         log(records.progress(bucket, study.get_trials(deepcopy=False)))
+
+
+def _params(bucket: Bucket, config) -> dict:
+    """The Optuna params of `config` in this bucket's space (for enqueue_trial)."""
+    return params_of(config, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype, bucket.path)
 
 
 def _busy(bucket, study_name, state, log, why: str) -> str:

@@ -1,8 +1,9 @@
 """`msa-tune table [FILE ...]`: a tuned-config file as a markdown table (the README's tuning table).
 
-One row per bucket: default and tuned time from the confirmation run (or the search when the
-default won), speedup, trials, failed trials, and the fields where the chosen config differs from
-the arch default. Reads only the JSON (no study database, no GPU).
+One row per bucket and launch path (a prefill bucket's per-token sub-entry is a second row,
+`table@tokens:per_token`): default and tuned time from the confirmation run (or the search when
+the default won), speedup, trials, failed trials, and the fields where the chosen config differs
+from the arch default. Reads only the JSON (no study database, no GPU).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import statistics
 import sys
 
 from ..configs import LaunchConfig
-from ..tuned_store import REPO_CONFIG_DIR, validate_document
+from ..tuned_store import PER_TOKEN, REPO_CONFIG_DIR, validate_document
 
 
 def _changed(config: dict) -> str:
@@ -25,12 +26,19 @@ def rows(doc: dict) -> list[dict]:
     out = []
     for key, table in sorted(doc["tables"].items()):
         for tokens, entry in sorted(table["buckets"].items(), key=lambda kv: int(kv[0])):
-            d, t = entry.get("default_us"), entry.get("tuned_us")
-            out.append(dict(bucket=f"{key}@{tokens}", default_us=d, tuned_us=t,
-                            speedup=(d / t) if d and t else None, trials=entry.get("trials", 0),
-                            failures=entry.get("failures", 0),
-                            config="default" if entry.get("is_default") else _changed(entry["config"])))
+            if "config" in entry:
+                out.append(_row(f"{key}@{tokens}", entry))
+            if PER_TOKEN in entry:
+                out.append(_row(f"{key}@{tokens}:per_token", entry[PER_TOKEN]))
     return out
+
+
+def _row(bucket: str, entry: dict) -> dict:
+    """One launch path's entry as a table row."""
+    d, t = entry.get("default_us"), entry.get("tuned_us")
+    return dict(bucket=bucket, default_us=d, tuned_us=t, speedup=(d / t) if d and t else None,
+                trials=entry.get("trials", 0), failures=entry.get("failures", 0),
+                config="default" if entry.get("is_default") else _changed(entry["config"]))
 
 
 def markdown(doc: dict) -> str:
@@ -44,8 +52,8 @@ def markdown(doc: dict) -> str:
                      f"| {r['failures']} | {r['config']} |")
     speedups = [r["speedup"] for r in table if r["speedup"]]
     if speedups:
-        lines.append(f"\n{len(table)} buckets; speedup over the arch default: median {statistics.median(speedups):.2f}x, "
-                     f"max {max(speedups):.2f}x; {sum(r['config'] != 'default' for r in table)} buckets keep a tuned config.")
+        lines.append(f"\n{len(table)} rows; speedup over the arch default: median {statistics.median(speedups):.2f}x, "
+                     f"max {max(speedups):.2f}x; {sum(r['config'] != 'default' for r in table)} rows keep a tuned config.")
     return "\n".join(lines)
 
 
