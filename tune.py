@@ -2,10 +2,11 @@
 
 For every bucket (kernel x scale mode x KV dtype x head layout x token count) an Optuna study
 searches the kernel's launch parameters (prefill: one study per launch path, multi-token tiles on
-correlated selections and the per-token path, block_t 1, on unrelated ones); every trial runs in an isolated worker on fresh inputs
-with a poisoned output, must pass the accuracy gate, and is timed from CUDA-graph replays. A config
-replaces the arch default only when a confirmation run shows it faster by --margin. Results go
-to tuned_configs/<arch>__<DEVICE>.json (atomic, merged per table), which the runtime loads.
+correlated selections and the per-token path, block_t 1, on unrelated ones); every trial runs in
+an isolated worker on fresh inputs with a poisoned output, must pass the accuracy gate, and is
+timed from CUDA-graph replays. A config replaces the arch default only when a confirmation run
+shows it faster by --margin. Results go to tuned_configs/<arch>__<DEVICE>.json (atomic, merged per
+table), which the runtime loads.
 
   msa-tune                                   # the default grid on the current GPU
   msa-tune --list                            # what would be tuned and which file is written
@@ -181,7 +182,8 @@ def _seed_configs(path: pathlib.Path) -> dict:
         tiled = tuned_store.path_entries(body, "tiled")
         per_token = tuned_store.path_entries(body, tuned_store.PER_TOKEN) or tiled
         for path, entries in (("tiled", tiled), ("per_token", per_token)):
-            seeds[(table, path)] = [(tokens, LaunchConfig.from_dict(entry["config"], what=f"--seed-from {table}@{tokens}"))
+            seeds[(table, path)] = [(tokens, LaunchConfig.from_dict(entry["config"],
+                                                                    what=f"--seed-from {table}@{tokens}"))
                                     for tokens, entry in entries.items()]
     return seeds
 

@@ -53,7 +53,8 @@ def markdown(doc: dict) -> str:
     speedups = [r["speedup"] for r in table if r["speedup"]]
     if speedups:
         lines.append(f"\n{len(table)} rows; speedup over the arch default: median {statistics.median(speedups):.2f}x, "
-                     f"max {max(speedups):.2f}x; {sum(r['config'] != 'default' for r in table)} rows keep a tuned config.")
+                     f"max {max(speedups):.2f}x; {sum(r['config'] != 'default' for r in table)} rows keep a tuned "
+                     "config.")
     return "\n".join(lines)
 
 

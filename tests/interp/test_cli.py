@@ -44,6 +44,8 @@ BAD = [
      "msa-tune: --candidates['prefill/none/bf16/16x1'][0] for prefill/none/bf16/16x1: kv_upcast=2 is not searched"),
     (["--kernels", "decode", "--layouts", "tp4", "--candidates", '[{"num_splits": 32}]'],
      "msa-tune: --candidates[0] for decode/scalar/fp8/16x1: config.num_splits: expected [1, topk=4], got 32"),
+    (["--prefill-paths", "tiled,tiles"], "msa-tune: --prefill-paths: expected a comma list of tiled, per_token; "
+                                         "got 'tiled,tiles'"),
     (["--storage", "not a url"], "msa-tune: --storage: not a database URL SQLAlchemy understands"),
     (["--trials", "many"], "msa-tune: argument --trials: invalid int value: 'many' (see msa-tune --help)"),
 ]
@@ -104,6 +106,30 @@ def test_list_needs_no_gpu_and_touches_nothing(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err.startswith("msa-tune: no GPU found.")
 
 
+def test_list_shows_the_per_token_buckets_after_the_tiled_ones_of_each_step(capsys):
+    listed = lambda: [line.strip() for line in capsys.readouterr().out.splitlines()  # noqa: E731
+                      if line.startswith("  ")]
+    argv = [*TINY, "--list", "--kernels", "prefill", "--prefill-buckets", "512,8192,2048"]
+    assert tune.main(argv) == 0
+    assert listed() == [f"prefill/scalar/fp8/8x1@{n}{path}" for n in (512, 8192, 2048) for path in ("", ":per_token")]
+    assert tune.main([*argv, "--prefill-paths", "tiled"]) == 0
+    assert listed() == [f"prefill/scalar/fp8/8x1@{n}" for n in (512, 8192, 2048)]
+    assert tune.main([*argv, "--prefill-paths", "per_token"]) == 0
+    assert listed() == [f"prefill/scalar/fp8/8x1@{n}:per_token" for n in (512, 8192, 2048)]
+
+
+def test_per_token_buckets_time_unrelated_selections_after_a_long_prefix():
+    from codegen.tuning.buckets import grid
+
+    common = dict(arch="sm90", device="X", kernels=["prefill"], modes=[("scalar", "fp8")], layouts=["tp8"],
+                  decode_buckets=[1], prefill_buckets=[512], decode_context=1, pattern="correlated",
+                  prefill_paths=["tiled", "per_token"], topk=16)
+    tiled, per_token = grid(prefill_prefix=200, **common)
+    assert (tiled.path, tiled.pattern, tiled.context) == ("tiled", "correlated", 200)
+    assert (per_token.path, per_token.pattern, per_token.context) == ("per_token", "random", 16 * 128 * 4)
+    assert grid(prefill_prefix=20000, **common)[1].context == 20000  # a longer prefix stays
+
+
 def test_the_study_database_defaults_to_the_repo_not_the_working_directory(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert tune.main([*TINY, "--list"]) == 0
@@ -145,6 +171,39 @@ def test_status_sorts_buckets_by_token_count(tmp_path, capsys):
     assert tune.main(["status", "--storage", url]) == 0
     rows = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  decode/")]
     assert rows == [f"decode/scalar/fp8/8x1@{n}" for n in (1, 2, 16, 128)]
+
+
+def test_status_and_table_show_the_per_token_path(tmp_path, capsys):
+    import optuna
+
+    from codegen.tuning.buckets import Bucket
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    for tokens in (8192, 512):
+        for path in ("per_token", "tiled"):
+            bucket = Bucket("prefill", "sm90", "NVIDIA_H200", "scalar", "fp8", 16, 1, tokens, 0, path=path)
+            optuna.create_study(study_name=bucket.study_name("abc", "3.6.0"), storage=url)
+    assert tune.main(["status", "--storage", url]) == 0
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  prefill/")]
+    assert rows == [f"prefill/scalar/fp8/16x1@{n}{p}" for n in (512, 8192) for p in ("", ":per_token")]
+
+    from codegen.configs import LaunchConfig
+
+    doc = tuned_store.new_document("sm90", "NVIDIA H200")
+    entry = dict(config=LaunchConfig(block_t=4).to_dict(), is_default=False, default_us=12.0, tuned_us=10.0,
+                 trials=5, failures=1)
+    sub = dict(entry, config=LaunchConfig(block_n=128).to_dict(), default_us=9.0, tuned_us=6.0)
+    prov = dict(measured=True, gpu_name="NVIDIA H200", arch="sm90", triton="3.6.0", torch="x", cuda="x", hip=None,
+                inputs_sha256="x", date="d", command="msa-tune")
+    doc["tables"]["prefill/scalar/fp8/16x1"] = {"provenance": prov, "buckets": {
+        "512": dict(entry, per_token=sub), "8192": {"per_token": sub}}}
+    path = tmp_path / "sm90__NVIDIA_H200.json"
+    tuned_store.write_document(path, doc)
+    assert tune.main(["table", str(path)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| prefill/")]
+    assert lines == ["| prefill/scalar/fp8/16x1@512 | 12.00 | 10.00 | 1.20x | 5 | 1 | block_t=4 |",
+                     "| prefill/scalar/fp8/16x1@512:per_token | 9.00 | 6.00 | 1.50x | 5 | 1 | block_n=128 |",
+                     "| prefill/scalar/fp8/16x1@8192:per_token | 9.00 | 6.00 | 1.50x | 5 | 1 | block_n=128 |"]
 
 
 def test_writing_a_table_leaves_no_lock_file(tmp_path):

@@ -193,3 +193,76 @@ def test_the_api_lookup_finds_tuned_tables(config_dir, monkeypatch):
     config = api._resolve_config(None, kernel="decode", arch="sm90", scale_mode="scalar", q=q, kv_cache=kv_cache,
                                  num_kv_heads=1, topk=16)
     assert config == _get(16).config and _get(16).is_tuned
+
+
+def _prefill_doc(tiles: dict, per_token: dict):
+    """A prefill table: {tokens: block_t} tiled entries and {tokens: block_n} per-token sub-entries
+    (a bucket in `per_token` only holds just the sub-entry)."""
+    doc = tuned_store.new_document("sm90", "NVIDIA H200")
+    entry = lambda config: dict(config=config.to_dict(), is_default=False, default_us=10.0, tuned_us=8.0,  # noqa: E731
+                                trials=5, failures=0)
+    buckets = {str(b): entry(LaunchConfig(block_t=t, block_n=32 * t, num_stages=3)) for b, t in tiles.items()}
+    for b, block_n in per_token.items():
+        buckets.setdefault(str(b), {})["per_token"] = entry(LaunchConfig(block_n=block_n, num_warps=8))
+    doc["tables"]["prefill/scalar/fp8/16x1"] = {
+        "provenance": _prov(inputs_sha256=loader.current_inputs_sha256("sm90", "prefill", "scalar")),
+        "buckets": buckets}
+    return doc
+
+
+def _prefill(n, **kw):
+    return get_config("prefill", "sm90", "NVIDIA H200", "scalar", "fp8", 16, 1, n, **kw)
+
+
+def test_per_token_lookup_prefers_the_per_token_sub_entries(config_dir):
+    """A table with per-token sub-entries: the per-token path takes the exact or nearest bucket
+    among those that have one (never a twin); the tiled path ignores them, and skips a bucket that
+    holds only a sub-entry."""
+    _write(config_dir, _prefill_doc({512: 1, 2048: 4, 8192: 4}, {2048: 64, 32768: 128}))
+    choice = _prefill(2048, per_token=True)
+    assert choice.config == LaunchConfig(block_n=64, num_warps=8) and choice.source == "tuned:exact"
+    assert choice.is_tuned and "per-token entry" in choice.reason
+    choice = _prefill(8192, per_token=True)  # 8192 has no sub-entry: the nearest that has one, not its twin
+    assert choice.bucket == 2048 and choice.source == "tuned:nearest"
+    assert _prefill(20000, per_token=True).config == LaunchConfig(block_n=128, num_warps=8)
+    assert _prefill(8192).config == LaunchConfig(block_t=4, block_n=128, num_stages=3)  # tiled: unchanged
+    choice = _prefill(32768)  # a sub-entry alone is no tiled bucket
+    assert choice.bucket == 8192 and choice.source == "tuned:nearest"
+
+
+def test_a_file_without_per_token_sub_entries_still_serves_twins(config_dir):
+    """A file written before the per-token studies (no sub-entry anywhere) loads as it did."""
+    doc = _prefill_doc({512: 1, 8192: 4}, {})
+    path = config_dir / tuned_store.file_name("sm90", "NVIDIA H200")
+    path.write_text(json.dumps(doc))  # as an old tuner wrote it, not through today's writer
+    choice = _prefill(8192, per_token=True)
+    assert choice.config == LaunchConfig(block_n=128, num_stages=3) and "per-token twin" in choice.reason
+
+
+def test_per_token_sub_entries_are_checked_and_merged_path_by_path(tmp_path):
+    """A per_token sub-entry must run block_t 1 and belong to a prefill table; a write of one path
+    keeps the other path's entry of the bucket."""
+    doc = _prefill_doc({512: 1}, {512: 64})
+    doc["tables"]["prefill/scalar/fp8/16x1"]["buckets"]["512"]["per_token"]["config"]["block_t"] = 4
+    with pytest.raises(tuned_store.SchemaError, match=r"per_token.config.block_t: the per-token path runs block_t 1"):
+        tuned_store.validate_document(doc)
+    decode = _doc()
+    decode["tables"]["decode/scalar/fp8/16x1"]["buckets"]["1"]["per_token"] = dict(
+        decode["tables"]["decode/scalar/fp8/16x1"]["buckets"]["1"])
+    with pytest.raises(tuned_store.SchemaError, match="only prefill has a per-token path"):
+        tuned_store.validate_document(decode)
+    empty = _prefill_doc({512: 1}, {})
+    empty["tables"]["prefill/scalar/fp8/16x1"]["buckets"]["1024"] = {}
+    with pytest.raises(tuned_store.SchemaError, match=r"buckets\['1024'\]: missing key 'config'"):
+        tuned_store.validate_document(empty)
+
+    path, key = tmp_path / "sm90__NVIDIA_H200.json", "prefill/scalar/fp8/16x1"
+    prov = _prefill_doc({}, {})["tables"][key]["provenance"]
+    table = _prefill_doc({512: 1, 1024: 2}, {512: 64, 1024: 128})["tables"][key]["buckets"]
+    tiled, sub = {k: v for k, v in table["512"].items() if k != "per_token"}, table["512"]["per_token"]
+    tuned_store.update_table(path, "sm90", "NVIDIA H200", key, prov, {"512": {"per_token": sub}})  # first alone
+    tuned_store.update_table(path, "sm90", "NVIDIA H200", key, prov, {"512": tiled})
+    assert tuned_store.read_document(path)["tables"][key]["buckets"]["512"] == dict(tiled, per_token=sub)
+    newer = dict(table["1024"]["per_token"])
+    tuned_store.update_table(path, "sm90", "NVIDIA H200", key, prov, {"512": {"per_token": newer}})
+    assert tuned_store.read_document(path)["tables"][key]["buckets"]["512"] == dict(tiled, per_token=newer)

@@ -313,3 +313,52 @@ def test_seed_from_a_tuned_file_puts_its_configs_first(tmp_path):
 def test_seed_from_an_unreadable_file_is_a_clear_error(tmp_path, capsys):
     assert tune.main(TINY + ["--kernels", "decode", "--seed-from", str(tmp_path / "missing.json")]) == 2
     assert capsys.readouterr().err.startswith("msa-tune: --seed-from: cannot read ")
+
+
+def _study_trials(db, marker: str):
+    """(params, config) of the evaluated trials of the studies whose name holds `marker`."""
+    con = sqlite3.connect(db)
+    ids = [r[0] for r in con.execute("select t.trial_id from trials t join studies s on s.study_id = t.study_id "
+                                     "where s.study_name like ?", (f"%{marker}%",))]
+    evaluated = {tid for tid, _, _ in _trials(db)}
+    out = []
+    for tid in ids:
+        if tid not in evaluated:
+            continue
+        params = {r[0] for r in con.execute("select param_name from trial_params where trial_id = ?", (tid,))}
+        config = json.loads(con.execute("select value_json from trial_user_attributes where trial_id = ? and "
+                                        "key = 'config'", (tid,)).fetchone()[0])
+        out.append((params, config))
+    con.close()
+    return out
+
+
+def test_the_per_token_study_writes_its_sub_entry_and_leaves_the_tiled_entry(tmp_path):
+    """A prefill bucket's second study: block_t 1 (not searched), unrelated selections after a
+    prefix of 4 x topk pages, its own study; its result goes into the bucket's per_token sub-entry
+    and the tiled entry stays as its own study wrote it. --prefill-paths tiled runs no such study."""
+    from codegen.tuning import status
+    from codegen.tuning.storage import open_storage
+
+    path = _run(tmp_path, "--kernels", "prefill", "--prefill-buckets", "3", "--trials", "2",
+                "--prefill-paths", "tiled")
+    tiled_only = tuned_store.read_document(path)["tables"]["prefill/scalar/fp8/8x1"]["buckets"]["3"]
+    assert "per_token" not in tiled_only and not _study_trials(tmp_path / "study.db", ":per_token")
+    path = _run(tmp_path, "--kernels", "prefill", "--prefill-buckets", "3", "--trials", "2")  # both paths
+    entry = tuned_store.read_document(path)["tables"]["prefill/scalar/fp8/8x1"]["buckets"]["3"]
+    sub = entry.pop("per_token")
+    assert entry == tiled_only, "the per-token study must not touch the tiled entry"
+    assert sub["trials"] == 2 and sub["failures"] == 0 and sub["config"]["block_t"] == 1
+    assert sub["workload"] == {"pattern": "random", "prefill_prefix": 4 * 4 * 128}
+    assert ":per_token:ctx2048:random:" in sub["study"] and sub["study"] != entry["study"]
+    trials = _study_trials(tmp_path / "study.db", ":per_token")
+    assert len(trials) == 2
+    assert all("block_t" not in params and config["block_t"] == 1 for params, config in trials), trials
+    # export rebuilds the same file from the studies, sub-entry included
+    storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}")
+    try:
+        status.export(storage, tmp_path / "exported", log=lambda _: None)
+    finally:
+        storage.engine.dispose()
+    exported = tuned_store.read_document(tmp_path / "exported" / path.name)["tables"]["prefill/scalar/fp8/8x1"]
+    assert exported["buckets"]["3"] == dict(entry, per_token=sub)
