@@ -77,7 +77,8 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
         explicit = config is not None
         config = resolve(config)
         if selection == "auto" and config.block_t > 1:
-            # A given config's per-token twin; else the twin of the table's config for this shape.
+            # A given config's per-token twin; else the table's per-token config for this shape (its
+            # per_token sub-entry, or the twin of its config: loader.get_config).
             per_token = resolve(dataclasses.replace(config, block_t=1) if explicit else None, per_token=True)
     module = load_module(arch, "prefill", scale_mode, fold_scales)
     launch = functools.partial(module.launch, q, kv_cache, topk_idx, block_table)
