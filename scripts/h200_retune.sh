@@ -6,6 +6,9 @@
 #   decode:  scripts/h200_decode_candidates_v2.json, each table's configs on the previous main
 #            plus the probe's best at TP4 128 requests.
 #   bash scripts/h200_retune.sh prefill|decode SECONDS      (.whl carried: optuna and its deps)
+# Since the per-token studies (tune.py --prefill-paths, default both paths), a prefill run also tunes
+# each bucket's per-token sub-entry from the candidates' block_t-1 twins: PATHS=per_token tunes those
+# alone (the 2026-12-01 run predates them and tuned the tiled entries only).
 set -uo pipefail
 KERNEL=$1 BUDGET=${2:-400}
 OUT=${OUT:-/tmp/msa-tune-out}
@@ -19,6 +22,7 @@ case $KERNEL in
 esac
 start=$(date +%s)
 timeout -k 10 $((BUDGET + 60)) python3 tune.py --kernels "$KERNEL" --candidates "$(cat $CAND)" --trials $TRIALS \
+  ${PATHS:+--prefill-paths "$PATHS"} \
   --precompile-workers 12 --time-budget "$BUDGET" > "$OUT/tune_$KERNEL.log" 2>&1
 echo "tune $KERNEL rc=$? in $(( $(date +%s) - start )) s"; tail -3 "$OUT/tune_$KERNEL.log"
 cp tuned_configs/sm90__NVIDIA_H200.json tune_studies/sm90__NVIDIA_H200.db "$OUT/"
