@@ -204,7 +204,8 @@ def render(summary: dict, url: str) -> str:
     lines = [f"msa-tune status: {display_url(url)}: {len(studies)} bucket studies, "
              f"{sum(r['result'] is not None for r in studies)} finished"]
     group = None
-    header = (f"  {'bucket':34s} {'done':>5s} {'run':>4s} {'fail':>5s} {'lost':>5s} {'wait':>5s} {'best us':>9s}  "
+    width = max([34] + [len(r["label"]) for r in studies])  # per-token labels run longer
+    header = (f"  {'bucket':{width}s} {'done':>5s} {'run':>4s} {'fail':>5s} {'lost':>5s} {'wait':>5s} {'best us':>9s}  "
               f"{'state':32s} config (chosen, or best so far)")
     for row in studies:
         key = (row["arch"], row["device"], row["triton"], row["inputs"])
@@ -216,7 +217,7 @@ def render(summary: dict, url: str) -> str:
         result = row["result"] or {}
         config = ("default" if result.get("is_default") else _short(result.get("config"))) if result else \
             _short(row["best_config"])
-        lines.append(f"  {row['label']:34s} {row['done']:5d} {row['running']:4d} {row['failed']:5d} {row['lost']:5d} "
+        lines.append(f"  {row['label']:{width}s} {row['done']:5d} {row['running']:4d} {row['failed']:5d} {row['lost']:5d} "
                      f"{row['waiting']:5d} {best:>9s}  {_state(row):32s} {config}")
         lines += [f"      failed: {reason}" for reason in row.get("failures", ())]
     lines.append("(done: configs measured, failed: of those, the ones that failed; lost: trials whose worker died "
