@@ -59,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--topk", type=int, default=16, help="blocks selected per query row (default %(default)s)")
     p.add_argument("--trials", type=int, default=40, help="configs evaluated per bucket (default %(default)s)")
     p.add_argument("--bucket-time", type=float, default=300, help="seconds per bucket before it stops searching")
+    p.add_argument("--patience", type=int, default=None,
+                   help="stop a bucket's search after this many evaluated trials in a row that did not beat its "
+                        "best by more than 1%% (default: off, every bucket runs --trials)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds for the whole run; the rest resumes later")
     p.add_argument("--margin", type=float, default=0.03, help="min confirmed gain over the default (default 3%%)")
     p.add_argument("--trial-timeout", type=float, default=180, help="seconds before a trial counts as hung")
@@ -106,6 +109,8 @@ def _check(args) -> None:
     if args.arch == "auto" and args.write_defaults:
         raise ValueError(f"--arch: --write-defaults needs one of {archs}")
     A.at_least("--trials", args.trials, 1, what="an integer")
+    if args.patience is not None:
+        A.at_least("--patience", args.patience, 1, what="an integer")
     if not head_dim_ok(args.head_dim):
         raise ValueError(f"--head-dim: expected {HEAD_DIM_RULE}, got {args.head_dim}")
     A.at_least("--topk", args.topk, 1, what="an integer")
@@ -320,7 +325,8 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
     workers = args.precompile_workers
     if workers is None:
         workers = 0 if args.interpret else max(1, min(12, (os.cpu_count() or 2) - 2))
-    settings = TuneSettings(storage=storage, trials=args.trials, bucket_time_s=args.bucket_time, margin=args.margin,
+    settings = TuneSettings(storage=storage, trials=args.trials, patience=args.patience, bucket_time_s=args.bucket_time,
+                            margin=args.margin,
                             trial_timeout_s=args.trial_timeout, interpret=args.interpret,
                             precompile_workers=workers, runner=args.runner or DEFAULT_RUNNER,
                             static_check=not args.no_static_check and not args.interpret, seed=args.seed,

@@ -74,6 +74,18 @@ def failure_reason(trial, width: int = 200) -> str:
     return f"{kind}: {message}" if message else kind
 
 
+def stalled(done, patience: int, tolerance: float) -> bool:
+    """Whether the last `patience` evaluated trials (failures included) all came after the best, none
+    beating it by more than `tolerance`: the search has stopped finding anything (--patience)."""
+    best, since = None, 0
+    for t in sorted(done, key=lambda t: t.number):
+        if t.state == _STATES.COMPLETE and (best is None or t.value < best * (1 - tolerance)):
+            best, since = t.value, 0
+        else:
+            since += 1
+    return best is not None and since >= patience
+
+
 def is_final(result: dict | None, target: int) -> bool:
     """A published result ends the bucket for a run asking `target` trials, unless that search was
     cut short by a time budget (a later run resumes it) or asked fewer trials than this run."""

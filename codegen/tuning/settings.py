@@ -20,6 +20,7 @@ FINISHED_ELSEWHERE = "finished elsewhere"  # tune_bucket: another worker (or an 
 class TuneSettings:
     storage: str
     trials: int = 40  # evaluated configs per bucket (duplicates not counted)
+    patience: int | None = None  # stop a bucket after this many evaluated trials in a row without a better one
     bucket_time_s: float = 300.0  # per worker and bucket
     deadline: float | None = None  # time.monotonic() after which no new trial starts
     margin: float = 0.03  # a config replaces the default only when this much faster on confirmation

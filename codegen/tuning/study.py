@@ -81,7 +81,8 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
         now = time.monotonic()
         cut_short = bool(settings.deadline and now > settings.deadline)
         search_over = (len(done) >= target or now > budget_end or cut_short or duplicates_in_a_row > 200
-                       or (exhaustive and not unclaimed))
+                       or (exhaustive and not unclaimed)
+                       or bool(settings.patience and records.stalled(done, settings.patience, settings.tie_tolerance)))
         if search_over:
             if running:  # wait for them (or for their heartbeat to go stale) elsewhere
                 return _busy(bucket, study_name, state, log, f"{len(running)} trials still running elsewhere")

@@ -28,6 +28,7 @@ BAD = [
                          "['gfx942', 'sm90']"),
     (["--topk", "0"], "msa-tune: --topk: expected an integer >= 1, got 0"),
     (["--heartbeat", "0"], "msa-tune: --heartbeat: expected an integer >= 1, got 0"),
+    (["--patience", "0"], "msa-tune: --patience: expected an integer >= 1, got 0"),
     (["--db-retries", "-1"], "msa-tune: --db-retries: expected an integer >= 0, got -1"),
     (["--trial-timeout", "0"], "msa-tune: --trial-timeout: expected a number > 0, got 0.0"),
     (["--kernels", "attention"], "msa-tune: --kernels: expected a comma list of prefill, decode; got 'attention'"),

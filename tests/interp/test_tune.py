@@ -362,3 +362,17 @@ def test_the_per_token_study_writes_its_sub_entry_and_leaves_the_tiled_entry(tmp
         storage.engine.dispose()
     exported = tuned_store.read_document(tmp_path / "exported" / path.name)["tables"]["prefill/scalar/fp8/8x1"]
     assert exported["buckets"]["3"] == dict(entry, per_token=sub)
+
+
+def test_patience_stops_a_search_that_finds_nothing_better(tmp_path):
+    """--patience 3: the default is never beaten, so the study stops after it and 3 more trials of
+    the 6 candidates; without --patience all 7 are measured."""
+    candidates = [dict(block_n=b, num_warps=w, num_stages=1, num_splits=2) for b in (32, 128) for w in (2, 4, 8)]
+    argv = ("--kernels", "decode", "--decode-buckets", "2", "--trials", "10", "--runner",
+            "tune_faults:slower_than_the_default", "--candidates", json.dumps(candidates))
+    for extra, trials in ((("--patience", "3"), 4), ((), 7)):
+        run_dir = tmp_path / ("patience" if extra else "all")
+        run_dir.mkdir()
+        entry = tuned_store.read_document(_run(run_dir, *argv, *extra))["tables"]["decode/scalar/fp8/8x1"]["buckets"]["2"]
+        assert entry["trials"] == trials, (extra, entry)
+        assert entry["is_default"]

@@ -63,3 +63,12 @@ def slow(request: dict) -> dict:
     """The real trial plus a delay, so a test can kill the tuner mid-study."""
     time.sleep(float(os.environ.get("TUNE_TEST_DELAY", "0.3")))
     return trial.run_trial(request)
+
+
+def slower_than_the_default(request: dict) -> dict:
+    """No kernel: the default config (block_n 64, 4 warps) times 100 us, every other config more,
+    so a search can never beat its first trial (for --patience)."""
+    c = request["config"]
+    slower = 0 if (c["block_n"], c["num_warps"]) == (64, 4) else c["block_n"] + c["num_warps"]
+    t = 100.0 + slower
+    return dict(ok=True, time_us=t, p10_us=t, p90_us=t, calls=1, replays=1, rel_l2=0.0, max_abs=0.0)
