@@ -1,9 +1,10 @@
 """`selection="auto"` in one launch: the sampled tile-inflation estimate of codegen.selection, the
 decision and both launches' offsets, computed by one small Triton kernel instead of ~20 torch ops.
 
-On the H200 `auto` cost 110-140 us a call over the tiled launch alone (results/h200/prefill-next),
-most of it in the estimate's small torch kernels (gathers, a segmented sort, reductions), each a
-graph node. Here each program counts the distinct pages and the picks of a few sampled tiles of one
+On the H200 `auto` cost 110-140 us a call over the tiled launch alone (results/h200/prefill-next):
+the estimate's ~20 small torch kernels (gathers, a segmented sort, reductions), each a graph node,
+and the empty grid of the path not taken; how the two split was not measured. This replaces the
+first (untimed on a GPU so far). Each program counts the distinct pages and the picks of a few sampled tiles of one
 KV head and adds them to two device counters; the last program to arrive (an acq_rel counter, as in
 the fused decode merge) decides, writes the tiled and per-token cu_seqlens (one of them zeros) and
 puts the counters back to zero for the next call. The arithmetic is `selection.tile_inflation`'s,
