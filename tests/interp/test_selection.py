@@ -156,3 +156,21 @@ def test_one_launch_decision_matches_the_torch_estimate(pattern, q_lens, prefix_
     assert not arrival_counters(ids.device, 3, key="selection")[:3].any()  # zero again for the next call
     with pytest.raises(ValueError, match="block_t"):
         selection_kernel.decide_and_split(ids, 1, 1.0, cu, prefix, 6)
+
+
+def test_auto_decides_in_one_launch_without_the_torch_estimate(monkeypatch):
+    """The API's auto path: one decision launch (codegen.selection_kernel), never the torch estimate
+    (~20 graph nodes on a GPU); both prefill launches follow it."""
+    from codegen import api, selection, selection_kernel
+
+    calls = []
+    real = selection_kernel.decide_and_split
+    monkeypatch.setattr(selection_kernel, "decide_and_split", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    for name in ("tile_inflation", "choose_tiles", "split_seqlens"):
+        monkeypatch.setattr(selection, name, lambda *a, _n=name, **k: pytest.fail(f"auto called selection.{_n}"))
+    case = _case("random", seed=4)
+    case.poison()
+    out = cases.run_kernel(case, arch="sm90", config=LaunchConfig(block_n=32, block_t=4), selection="auto")
+    assert calls == [4]
+    assert compare(out, cases.run_reference(case), gate_dtype(case.args["q"].dtype, LaunchConfig())).ok
+    assert api.selection_kernel is selection_kernel
