@@ -205,7 +205,7 @@ def _grid(args, arch: str, device: str) -> list:
                   prefill_buckets=B.parse_ints(args.prefill_buckets, "--prefill-buckets"),
                   decode_context=args.decode_context, prefill_prefix=args.prefill_prefix, pattern=args.pattern,
                   prefill_paths=B.parse_paths(args.prefill_paths), topk=args.topk)
-    return [dataclasses.replace(b, head_dim=args.head_dim, topk=args.topk) for b in grid]
+    return [dataclasses.replace(b, head_dim=args.head_dim) for b in grid]
 
 
 def _versions() -> dict:

@@ -162,6 +162,13 @@ def path_entries(table: dict, path: str) -> dict[int, dict]:
     return {int(b): e for b, e in table["buckets"].items() if "config" in e}
 
 
+def path_entry(path: str, entry: dict) -> dict:
+    """What one launch path's result writes into its bucket entry (the inverse of path_entries):
+    the entry itself for "tiled", a per_token sub-entry for "per_token" (merge_bucket keeps the
+    other part)."""
+    return {PER_TOKEN: entry} if path == PER_TOKEN else entry
+
+
 def merge_bucket(old: dict | None, new: dict) -> dict:
     """A bucket entry after a write of `new`: the tiled part and the per_token sub-entry are each
     replaced only by a write that carries them, so each path's study publishes without undoing

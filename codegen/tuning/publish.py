@@ -47,7 +47,7 @@ class Publisher:
         if bucket.per_token:  # its selections and prefix differ from the table's workload: recorded with it
             entry["workload"] = dict(pattern=bucket.pattern, prefill_prefix=bucket.context)
         tuned_store.update_table(self.out_path, self.arch, self.device_name, bucket.table_key, prov,
-                                 {str(bucket.tokens): bucket_entry(bucket, entry)})
+                                 {str(bucket.tokens): tuned_store.path_entry(bucket.path, entry)})
         log(f"msa-tune: wrote {bucket.label} to {self.out_path}")
         return dict(arch=self.arch, device_name=self.device_name, table_key=bucket.table_key, tokens=bucket.tokens,
                     path=bucket.path, entry=entry, provenance=prov)
@@ -78,12 +78,6 @@ class Publisher:
         return configs
 
 
-def bucket_entry(bucket, entry: dict) -> dict:
-    """What a bucket's result writes into its table's bucket entry: the entry itself (tiled), or a
-    per_token sub-entry (tuned_store.merge_bucket keeps the other part)."""
-    return {tuned_store.PER_TOKEN: entry} if bucket.per_token else entry
-
-
 def write_defaults(out_path: pathlib.Path, arch: str, device_name: str, grid, versions: dict, argv) -> None:
     """An unmeasured tuned-config file: every table and bucket of `grid` holds the arch default, and
     its provenance says so (the loader then reports is_tuned=False)."""
@@ -96,5 +90,6 @@ def write_defaults(out_path: pathlib.Path, arch: str, device_name: str, grid, ve
         entry = dict(config=default_for(b).to_dict(), is_default=True, default_us=None, tuned_us=None, trials=0,
                      failures=0)
         tokens = str(b.tokens)
-        table["buckets"][tokens] = tuned_store.merge_bucket(table["buckets"].get(tokens), bucket_entry(b, entry))
+        table["buckets"][tokens] = tuned_store.merge_bucket(table["buckets"].get(tokens),
+                                                             tuned_store.path_entry(b.path, entry))
     tuned_store.write_document(out_path, doc)

@@ -1,11 +1,11 @@
 """A bucket's Optuna study: its search space, its sampler, and the configs it starts from."""
 from __future__ import annotations
 
-import math
 import zlib
 
 import optuna
 
+from ..loader import buckets_by_distance
 from .buckets import Bucket
 from .space import config_key, default_for, enumerate_space, for_path, normalize, params_of
 
@@ -58,8 +58,8 @@ def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None
                                           n_startup_trials=max(5, settings.trials // 4)))
     study = optuna.create_study(study_name=study_name, storage=state.storage, direction="minimize", sampler=sampler,
                                 load_if_exists=True)
-    seeds = (settings.seed_configs or {}).get((bucket.table_key, bucket.path), [])
-    seeds = [c for _, c in sorted(seeds, key=lambda tc: abs(math.log2(tc[0] / bucket.tokens)))]  # nearest first
+    seeds = dict((settings.seed_configs or {}).get((bucket.table_key, bucket.path), []))  # tokens -> config
+    seeds = [seeds[tokens] for tokens in buckets_by_distance(seeds, bucket.tokens)]  # nearest first, as the loader
     seed(study, bucket, {config_key(c) for c in space}, neighbours, seeds)
     if study.user_attrs.get("heartbeat_s") != settings.heartbeat_s:  # for `msa-tune status`: when a beat is stale
         study.set_user_attr("heartbeat_s", settings.heartbeat_s)

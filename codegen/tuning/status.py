@@ -270,9 +270,8 @@ def export(storage, out_dir: pathlib.Path | None = None, any_sources: bool = Fal
     for (name, table, tokens, bucket_path), result in sorted(chosen.items(),
                                                              key=lambda kv: kv[1].get("finished_at", "")):
         path = out_dir / name
-        entry = {tuned_store.PER_TOKEN: result["entry"]} if bucket_path == "per_token" else result["entry"]
         tuned_store.update_table(path, result["arch"], result["device_name"], table, result["provenance"],
-                                 {tokens: entry})
+                                 {tokens: tuned_store.path_entry(bucket_path, result["entry"])})
         written[path] = written.get(path, 0) + 1
     for path, n in written.items():
         tuned_store.read_document(path)  # validates
