@@ -13,6 +13,7 @@ import triton
 from .compile import CompileInputs, compile_figures
 from .launch import CACHE_ENV
 
+
 def cache_dir() -> pathlib.Path:
     """Where compiled figures are kept: $MSA_TUNE_CACHE_DIR, else ~/.cache/msa-tune/static."""
     configured = os.environ.get(CACHE_ENV)
@@ -62,5 +63,3 @@ def cached_figures(inputs: CompileInputs, *, use_cache: bool = True) -> tuple[di
     if use_cache:
         _cache_store(inputs, figures)
     return figures, False
-
-
