@@ -152,7 +152,7 @@ def _check(args) -> None:
         unknown = sorted(set(args.candidates) - tables)
         if unknown:
             raise ValueError(f"--candidates: table(s) {unknown} are not in this run's grid; expected some of {sorted(tables)}")
-    if args.candidates is not None:
+    if args.candidates is not None and args.arch != "auto":  # with auto: once the GPU names the arch (main)
         _check_candidates(args.candidates, grid)
 
 
@@ -297,6 +297,12 @@ def main(argv=None) -> int:
     except NoDevice as exc:
         print(f"msa-tune: {exc}", file=sys.stderr)
         return 1
+    if args.candidates is not None and args.arch == "auto" and arch != "auto":
+        try:  # still before anything is touched
+            _check_candidates(args.candidates, _grid(args, arch, "check"))
+        except (ValueError, TypeError) as exc:
+            print(f"msa-tune: {exc}", file=sys.stderr)
+            return 2
     if args.list:
         return _list(args, arch, device_name, _grid(args, arch, tuned_store.normalize_device_name(device_name or "-")))
     return _tune(args, argv, arch, device_name)

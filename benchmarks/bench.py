@@ -171,6 +171,7 @@ def main(argv=None) -> int:
                              "argument), or JSON overrides of the runtime config")
     parser.add_argument("--calls", type=int, default=20, help="calls captured per graph")
     parser.add_argument("--filter", nargs="+", default=[""], help="only cases whose label contains one of these")
+    parser.add_argument("--exclude", nargs="+", default=[], help="leave out cases whose label contains one of these")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="folder for bench.json and the PNG plots")
     parser.add_argument("--tail", default="own", choices=cases.TAILS,
                         help="what fills top-k rows past the entries a token reads (default: vLLM's, the own block)")
@@ -189,7 +190,8 @@ def main(argv=None) -> int:
           f"copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s, "
           f"an empty one-launch call {env['empty_launch_us']:.2f} us")
     rows = []
-    specs = [s for s in grid(args.quick) if any(f in s.label for f in args.filter)]
+    specs = [s for s in grid(args.quick)
+             if any(f in s.label for f in args.filter) and not any(x in s.label for x in args.exclude)]
     header = f"{'case':58s} {'config':>18s} {'us/call':>9s} {'%HBM':>6s} {'%bf16':>6s} {'rel_l2':>8s}"
     print(header)
     for spec in specs:

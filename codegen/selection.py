@@ -30,18 +30,21 @@ def check_selection(selection: str) -> str:
 
 
 # How much of a tile's extra work each scale mode's tiles absorb before the per-token path wins:
-# tiles are kept while the inflation is at most 1 + share x (block_t - 1) / 2. From the H200 run
-# in results/h200/selection/ (`python benchmarks/selection_check.py` prints every case), the
-# break-even inflation lies, for 4-token tiles: scalar between 1.9 (tiles 0.95x the per-token
-# time) and 2.95 (1.30x); bf16 (`none`) between 1.30 (0.74x) and 1.9 (1.06x); per_token_head
-# between 1.30 (0.79x) and 1.9 (1.19x); for 8-token tiles: scalar between 2.2 (0.74x) and 4.6
-# (1.14x), per_token_head between 1.44 (0.96x) and 2.2 (1.47x).
-TILE_WASTE_SHARE = {"scalar": 1.0, "none": 0.5, "per_token_head": 0.3}
+# tiles are kept while the inflation is at most 1 + share x (block_t - 1) / 2. Re-measured on the
+# H200 with the kernels of 2026-12-01 (the pipelined tiles), 57 prefill cases timed on both paths
+# (results/h200/selection-next/; `python benchmarks/selection_check.py` on its bench.json prints
+# every case). The break-even inflation lies, for 4-token tiles: scalar between 1.90 (tiles 0.78x
+# the per-token time) and 3.73 (1.47x); bf16 (`none`) between 1.90 (0.59x) and 3.73 (1.10x);
+# per_token_head between 1.90 (0.77x) and 3.73 (1.50x); for 8-token tiles (GQA 8): scalar between
+# 2.20 (0.52x) and 7.17 (1.41x), bf16 between 2.20 (0.71x) and 7.17 (1.90x). A share of 1.0 lies
+# inside every bracket; the smaller shares of the earlier kernels (bf16 0.5, per_token_head 0.3)
+# sent four of these cases to the slower per-token path (up to 1.7x slower).
+TILE_WASTE_SHARE = {"scalar": 1.0, "none": 1.0, "per_token_head": 1.0}
 
 
 def tiles_pay_off_below(block_t: int, scale_mode: str) -> float:
     """The tile inflation up to which block_t tiles are kept for a scale mode (see TILE_WASTE_SHARE):
-    scalar 2.5 for 4 tokens and 4.5 for 8; none 1.75 and 2.75; per_token_head 1.45 and 2.05."""
+    2.5 for 4 tokens and 4.5 for 8 in every mode."""
     if scale_mode not in TILE_WASTE_SHARE:
         raise ValueError(f"scale_mode: expected one of {sorted(TILE_WASTE_SHARE)}, got {scale_mode!r}")
     return 1 + TILE_WASTE_SHARE[scale_mode] * (block_t - 1) / 2

@@ -67,6 +67,22 @@ def test_a_bad_argument_is_one_line_and_exit_code_2_before_anything_is_touched(t
     assert list(tmp_path.iterdir()) == [], "nothing may be created for a refused command"
 
 
+def test_candidates_are_checked_for_the_arch_the_gpu_names(tmp_path, capsys, monkeypatch):
+    # --arch auto (the default on a GPU): the candidates are checked once the device gives the arch,
+    # still before anything is touched. The H200 run of 2026-12-01 was refused for arch 'auto'.
+    monkeypatch.setattr(tune, "_device", lambda args: ("sm90", "NVIDIA H200"))
+    ran = []
+    monkeypatch.setattr(tune, "_tune", lambda args, argv, arch, device_name: ran.append(arch) or 0)
+    common = ["--kernels", "prefill", "--layouts", "tp4", "--out", str(tmp_path / "cfg"),
+              "--storage", f"sqlite:///{tmp_path / 'db' / 'study.db'}"]
+    assert tune.main([*common, "--candidates", '[{"block_t": 4, "block_n": 64}]']) == 0 and ran == ["sm90"]
+    capsys.readouterr()
+    assert tune.main([*common, "--candidates", '[{"block_t": 16}]']) == 2 and ran == ["sm90"]
+    assert capsys.readouterr().err.startswith("msa-tune: --candidates[0] for prefill/scalar/fp8/16x1: block_t=16 is "
+                                              "outside the prefill search space")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_interpret_without_an_arch_is_refused(tmp_path, capsys):
     code = tune.main(["--interpret", "--list", "--out", str(tmp_path / "cfg")])
     assert code == 2

@@ -52,7 +52,7 @@ def test_inflation_counts_only_the_entries_a_token_reads():
 
 def test_thresholds_per_scale_mode():
     # Kept tiles while inflation <= 1 + share x (block_t - 1) / 2 (the H200 brackets in selection.py).
-    assert [tiles_pay_off_below(4, m) for m in ("scalar", "none", "per_token_head")] == [2.5, 1.75, 1.45]
+    assert [tiles_pay_off_below(4, m) for m in ("scalar", "none", "per_token_head")] == [2.5, 2.5, 2.5]
     assert tiles_pay_off_below(8, "scalar") == 4.5 and tiles_pay_off_below(2, "scalar") == 1.5
     with pytest.raises(ValueError, match="scale_mode: expected one of"):
         tiles_pay_off_below(4, "fp8")
