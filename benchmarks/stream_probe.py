@@ -108,6 +108,38 @@ def _stream_ptr(kv_ptr, pages_ptr, out_ptr, T, stride_b, stride_h, stride_t,
     tl.store(out_ptr + tl.program_id(0) * 2 * HEAD_DIM + tl.arange(0, 2 * HEAD_DIM), acc)
 
 
+@triton.jit
+def _stream_xor(kv_desc, kv_ptr, pages_ptr, out_ptr, T, stride_b, stride_h, stride_t,
+                HKV: tl.constexpr, SPLITS: tl.constexpr, HEAD_FAST: tl.constexpr, WORDS: tl.constexpr,
+                BLOCK_N: tl.constexpr, NPAGES: tl.constexpr, USE_TMA: tl.constexpr):
+    """The page stream with the cheapest consumer: K and V words xor-ed into a register tile, no
+    reduction across threads inside the loop (the summing kernels above pay one per slice)."""
+    t, g, s = _item(T, HKV, SPLITS, HEAD_FAST)
+    PER: tl.constexpr = NPAGES // SPLITS
+    SUB: tl.constexpr = 128 // BLOCK_N
+    offs = tl.arange(0, NPAGES)
+    pages = tl.load(pages_ptr + (t * HKV + g) * NPAGES + offs)
+    rows = tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, 2 * WORDS)
+    acc = tl.zeros([BLOCK_N, WORDS], dtype=tl.int32)
+    acc2 = tl.zeros([BLOCK_N, 2 * WORDS], dtype=tl.int32)
+    for it in range(s * PER * SUB, (s + 1) * PER * SUB):
+        page = tl.sum(tl.where(offs == it // SUB, pages, 0), axis=0)
+        sub = (it % SUB) * BLOCK_N
+        if USE_TMA:
+            k = kv_desc.load([page.to(tl.int32), g, sub, 0]).reshape(BLOCK_N, WORDS)
+            v = kv_desc.load([page.to(tl.int32), g, sub, WORDS]).reshape(BLOCK_N, WORDS)
+            acc = acc ^ k ^ v
+        else:
+            kv = tl.load(kv_ptr + g * stride_h + page.to(tl.int64) * stride_b + (sub + rows)[:, None] * stride_t
+                         + cols[None, :])
+            acc2 = acc2 ^ kv
+    if USE_TMA:
+        tl.store(out_ptr + tl.program_id(0) * WORDS + tl.arange(0, WORDS), tl.xor_sum(acc, axis=0))
+    else:
+        tl.store(out_ptr + tl.program_id(0) * 2 * WORDS + cols, tl.xor_sum(acc2, axis=0))
+
+
 def pool(num_tokens, hkv, blocks_per_token, strided, seed):
     """fp8 cache of num_tokens x blocks_per_token pages (each token's own), and each (token, head)'s
     16 selected physical pages (distinct, random)."""
@@ -120,6 +152,47 @@ def pool(num_tokens, hkv, blocks_per_token, strided, seed):
     pick = torch.rand(num_tokens, hkv, blocks_per_token, generator=gen, device=DEVICE).argsort(-1)[..., :TOPK]
     pages = (pick + torch.arange(num_tokens, device=DEVICE)[:, None, None] * blocks_per_token).to(torch.int32)
     return cache, pages.contiguous()
+
+
+def xor_rows(num_tokens, hkv, strided, calls, label):
+    """The xor consumer (_stream_xor) through TMA boxes and through pipelined pointer loads."""
+    sets = [pool(num_tokens, hkv, 64, strided, seed) for seed in range(2)]
+    nbytes = num_tokens * hkv * TOPK * PAGE * 2 * D
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    rows = []
+    split_counts = (1,) if hkv > 1 else (2, 4)
+    kinds = [(tma, bn, w, st, sp) for tma, bn, w, st, sp in itertools.product((1, 0), (64, 128), (2, 4, 8), (2, 3, 4),
+                                                                             split_counts)]
+    for use_tma, bn, warps, stages, splits in kinds:
+        items = num_tokens * hkv * splits
+        out = torch.empty(items * D // 2, dtype=torch.int32, device=DEVICE)
+
+        def one(cache, pages):
+            as_int = _int32_view(cache)
+            desc = TensorDescriptor(as_int, list(as_int.shape), list(as_int.stride()), [1, 1, bn, D // 4])
+            return lambda: _stream_xor[(items,)](desc, as_int, pages, out, num_tokens, as_int.stride(0),
+                                                 as_int.stride(1), as_int.stride(2), HKV=hkv, SPLITS=splits,
+                                                 HEAD_FAST=0, WORDS=D // 4, BLOCK_N=bn, NPAGES=TOPK,
+                                                 USE_TMA=use_tma, num_warps=warps, num_stages=stages)
+        name = f"xor {'tma' if use_tma else 'plain'} bn{bn} w{warps} st{stages} sp{splits}"
+        try:
+            fns = [one(*sets[i % 2]) for i in range(2)]
+            timing = graph_time([fns[i % 2] for i in range(calls)], replays=20)
+        except Exception as exc:  # a variant that does not compile is reported, not fatal
+            print(f"{label:28s} {name:40s} ERROR {type(exc).__name__}: {str(exc)[:150]}", flush=True)
+            continue
+        rows.append(dict(case=label, kernel=name, time_us=timing.median_us, bytes=nbytes))
+    del sets
+    torch.cuda.empty_cache()
+    return rows
+
+
+def _int32_view(cache):
+    """The fp8 cache [pages, Hkv, 128, 2D] (either layout) as int32 words [pages, Hkv, 128, 2D / 4]."""
+    token_major = cache.stride(1) < cache.stride(2)
+    base = cache.permute(0, 2, 1, 3) if token_major else cache  # contiguous in both layouts (pool)
+    words = base.view(torch.int32)
+    return words.permute(0, 2, 1, 3) if token_major else words
 
 
 def stream_rows(num_tokens, hkv, strided, calls, label):
@@ -196,6 +269,7 @@ def main(argv=None) -> int:
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--skip-stream", action="store_true")
+    parser.add_argument("--xor-only", action="store_true", help="only the xor-consumer stream rows")
     args = parser.parse_args(argv)
     copy = copy_bandwidth()
     env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
@@ -206,6 +280,9 @@ def main(argv=None) -> int:
            LaunchConfig(block_n=64, num_warps=4, num_stages=3, num_splits=1, kv_upcast=2),
            LaunchConfig(block_n=128, num_warps=4, num_stages=3, num_splits=2, fused_merge=1, kv_upcast=2)]
     plan = [("tp1 b128", lambda: kernel_rows("tp1", 4, 64, 128, args.calls, tp1))]
+    if args.xor_only:
+        plan = [("xor tp1 b128", lambda: xor_rows(128, 4, True, args.calls, "xor tp1 b128 strided")),
+                ("xor tp4 b128", lambda: xor_rows(128, 1, False, args.calls, "xor tp4 b128"))]
     if not args.skip_stream:
         plan += [(f"stream tp1 b128 {'strided' if s else 'contiguous'}",
                   lambda s=s: stream_rows(128, 4, s, args.calls, f"stream tp1 b128 {'strided' if s else 'contiguous'}"))
