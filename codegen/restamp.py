@@ -1,0 +1,162 @@
+"""Carries a tuned table across a template change that leaves its kernels as they were.
+
+A table is stale when the template inputs of its kernels change (loader._check_stale): its timings
+were measured on other code. Some changes do not touch the compiled kernels at all (a new launch
+knob whose default takes the old path, a docstring, a refactor of the Python side). For those a
+re-tune would measure the same binaries again. `restamp` proves it instead, per table:
+  1. the table was fresh at git ref `before` (its recorded hash is that tree's);
+  2. every @triton.jit function of the modules it launches has the same source now as at `before`
+     (so every specialization, any dtype or varlen, compiles the same);
+  3. for every config of the table (tiled and per-token entries), the launch's compile-time
+     parameters and launch options are equal and the PTX / AMDGCN compiled now from both trees is
+     identical, with the Triton of this process (run it with the Triton the GPU uses).
+Only then its hash moves to the current one, and its provenance records `restamped` (from which
+ref, how many kernels compared). The Python launch code is not compared: a change there is the
+interpreter tests' to check (e.g. that a config without the new knob launches as before).
+
+  .venv-static/bin/python -m codegen restamp --before REF|TREE [--file tuned_configs/X.json] [--dry-run]
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import inspect
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from . import tuned_store
+from .configs import LaunchConfig
+from .loader import current_inputs_sha256
+from .modules import load_module
+from .render import REPO_ROOT
+from .variants import Variant
+
+_PARTS = {"prefill": ("prefill",), "decode": ("decode_split", "decode_merge")}
+
+
+@dataclasses.dataclass
+class Verdict:
+    table: str
+    restamped: bool
+    reason: str
+    kernels_compared: int = 0
+
+
+def resolve_before(before: str) -> str:
+    """A tree folder (holding codegen/generated/) as given, or a git ref as its full commit id."""
+    if pathlib.Path(before).is_dir():
+        return str(pathlib.Path(before).resolve())
+    done = subprocess.run(["git", "rev-parse", "--verify", f"{before}^{{commit}}"], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ValueError(f"--before: expected a git ref of this repository or a source tree folder, got {before!r}")
+    return done.stdout.strip()
+
+
+def _module_at(before: str, variant: Variant, tmp: pathlib.Path):
+    """The generated module of `variant` in tree folder or commit `before` (resolve_before),
+    imported under a private name."""
+    rel = f"codegen/generated/{variant.name}.py"
+    if pathlib.Path(before).is_dir():
+        source = pathlib.Path(before, rel).read_text()
+    else:
+        done = subprocess.run(["git", "show", f"{before}:{rel}"], cwd=REPO_ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ValueError(f"--before: {before}:{rel} is not in the repository ({done.stderr.strip()})")
+        source = done.stdout
+    path = tmp / f"{variant.name}__{hashlib.sha256(before.encode()).hexdigest()[:8]}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"_restamp_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # @triton.jit looks its globals up through the module
+    spec.loader.exec_module(module)
+    return module
+
+
+def jit_sources(module) -> dict[str, str]:
+    """{name: source} of every @triton.jit function a module defines."""
+    from triton.runtime.jit import JITFunction
+
+    return {name: inspect.getsource(obj.fn) for name, obj in vars(module).items()
+            if isinstance(obj, JITFunction) and obj.fn.__module__ == module.__name__}
+
+
+def _compiled(launch, module) -> tuple[dict, dict, str]:
+    """(constexprs, options, the compiled kernel's text) of `launch` compiled from `module`."""
+    import triton
+
+    from .static import compile as static_compile
+    from .static.launch import StaticLaunch, target_of
+
+    original = StaticLaunch.module
+    StaticLaunch.module = lambda self: module
+    try:
+        inputs = static_compile.compile_inputs(launch)
+        compiled = triton.compile(static_compile._ast_source(inputs), target=target_of(launch.arch),
+                                  options=dict(inputs.options))
+    finally:
+        StaticLaunch.module = original
+    stage = "ptx" if launch.arch == "sm90" else "amdgcn"
+    return inputs.constexprs, inputs.options, compiled.asm[stage]
+
+
+def _configs(table: dict) -> list[LaunchConfig]:
+    """Every config a table makes the runtime launch: tiled entries and per-token sub-entries."""
+    found = {}
+    for entry in table["buckets"].values():
+        for sub in (entry, entry.get(tuned_store.PER_TOKEN)):
+            if sub and "config" in sub:
+                config = LaunchConfig.from_dict(sub["config"])
+                found[tuple(sorted(config.to_dict().items()))] = config
+    return list(found.values())
+
+
+def check_table(key: str, table: dict, arch: str, before: str, tmp: pathlib.Path) -> Verdict:
+    from .static.launch import launches_for
+
+    kernel, scale_mode, kv_dtype, hq, hkv = tuned_store.parse_table_key(key)
+    now = current_inputs_sha256(arch, kernel, scale_mode)
+    recorded = table["provenance"]["inputs_sha256"]
+    if recorded == now:
+        return Verdict(key, False, "fresh already")
+    variants = {part: Variant(arch, part, scale_mode) for part in _PARTS[kernel]}
+    old = {part: _module_at(before, v, tmp) for part, v in variants.items()}
+    then = "+".join(old[part].INPUTS_SHA256[:16] for part in _PARTS[kernel])
+    if recorded != then:
+        return Verdict(key, False, f"stale at {before} too (tuned for {recorded}); re-tune it")
+    for part, v in variants.items():
+        if jit_sources(old[part]) != jit_sources(load_module(arch, part, scale_mode)):
+            return Verdict(key, False, f"{v.name}: a @triton.jit function changed since {before}; re-tune it")
+    compared = 0
+    for config in _configs(table):
+        for launch in launches_for(arch, kernel, scale_mode, kv_dtype, hq, hkv, config):
+            if _compiled(launch, old[launch.kernel]) != _compiled(launch, launch.module()):
+                return Verdict(key, False, f"{launch.kernel} {config.non_default()}: compiles differently "
+                                           f"from {before}; re-tune it", compared)
+            compared += 1
+    return Verdict(key, True, f"{compared} kernels identical to {before}'s", compared)
+
+
+def restamp(path: pathlib.Path, before: str, *, dry_run: bool = False) -> list[Verdict]:
+    """Checks every table of the tuned file at `path` against `before` (a git ref, or a source tree
+    folder); moves the hash of those that pass (unless dry_run) and returns a verdict per table."""
+    before = resolve_before(before)
+    doc = tuned_store.read_document(path)
+    verdicts = []
+    with tempfile.TemporaryDirectory(prefix="msa-restamp-") as tmp:
+        for key, table in sorted(doc["tables"].items()):
+            verdict = check_table(key, table, doc["arch"], before, pathlib.Path(tmp))
+            verdicts.append(verdict)
+            if verdict.restamped:
+                kernel, scale_mode, *_ = tuned_store.parse_table_key(key)
+                prov = table["provenance"]
+                prov["restamped"] = dict(from_ref=before, from_inputs_sha256=prov["inputs_sha256"],
+                                         kernels_compared=verdict.kernels_compared)
+                prov["inputs_sha256"] = current_inputs_sha256(doc["arch"], kernel, scale_mode)
+    if not dry_run and any(v.restamped for v in verdicts):
+        with tuned_store.locked(path):
+            tuned_store.write_document(path, doc)
+    return verdicts
