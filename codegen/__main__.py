@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for path in files:
                 for v in restamp.restamp(path, args.before, dry_run=args.dry_run):
-                    print(f"{path.name} {v.table}: {'restamped' if v.restamped else 'left'} ({v.reason})")
+                    done = ("passes (dry run)" if args.dry_run else "restamped") if v.restamped else "left"
+                    print(f"{path.name} {v.table}: {done} ({v.reason})")
         except ValueError as exc:
             print(f"python -m codegen restamp: {exc}", file=sys.stderr)
             return 2
