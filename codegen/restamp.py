@@ -5,8 +5,9 @@ were measured on other code. Some changes do not touch the compiled kernels at a
 knob whose default takes the old path, a docstring, a refactor of the Python side). For those a
 re-tune would measure the same binaries again. `restamp` proves it instead, per table:
   1. the table was fresh at git ref `before` (its recorded hash is that tree's);
-  2. every @triton.jit function of the modules it launches has the same source now as at `before`
-     (so every specialization, any dtype or varlen, compiles the same);
+  2. every @triton.jit function of the modules it launches has the same source now as at `before`,
+     and their `constexprs` (varlen or not, TMA or plain loads) and `options` agree for every config
+     (so the launches not compiled below specialize the same too);
   3. for every config of the table (tiled and per-token entries), the launch's compile-time
      parameters and launch options are equal and the PTX / AMDGCN compiled now from both trees is
      identical, with the Triton of this process (run it with the Triton the GPU uses).
@@ -103,6 +104,21 @@ def _compiled(launch, module) -> tuple[dict, dict, str]:
     return inputs.constexprs, inputs.options, compiled.asm[stage]
 
 
+def _specializations_equal(launch, old, new) -> bool:
+    """The launches the compile does not cover (varlen rows, plain loads where TMA cannot read the
+    cache) get the same compile-time parameters and options from both modules."""
+    for varlen in (False, True):
+        for kv_tma in (False, True):
+            kw = dict(num_q_heads=launch.num_q_heads, num_kv_heads=launch.num_kv_heads, head_dim=launch.head_dim,
+                      topk=launch.topk, config=launch.config, varlen=varlen, use_pdl=launch.use_pdl, kv_tma=kv_tma)
+            try:
+                if old.constexprs(**kw) != new.constexprs(**kw):
+                    return False
+            except TypeError:  # one of them takes other arguments
+                return False
+    return old.options(launch.config) == new.options(launch.config)
+
+
 def _configs(table: dict) -> list[LaunchConfig]:
     """Every config a table makes the runtime launch: tiled entries and per-token sub-entries."""
     found = {}
@@ -133,6 +149,9 @@ def check_table(key: str, table: dict, arch: str, before: str, tmp: pathlib.Path
     compared = 0
     for config in _configs(table):
         for launch in launches_for(arch, kernel, scale_mode, kv_dtype, hq, hkv, config):
+            if not _specializations_equal(launch, old[launch.kernel], launch.module()):
+                return Verdict(key, False, f"{launch.kernel} {config.non_default()}: specialized differently "
+                                           f"from {before} (varlen or TMA launches); re-tune it", compared)
             if _compiled(launch, old[launch.kernel]) != _compiled(launch, launch.module()):
                 return Verdict(key, False, f"{launch.kernel} {config.non_default()}: compiles differently "
                                            f"from {before}; re-tune it", compared)

@@ -77,10 +77,21 @@ def test_a_table_stale_before_is_left_and_bad_refs_are_refused(tmp_path):
         restamp.restamp(path, "no-such-ref-xyz")
 
 
-def test_a_changed_specialization_is_left_stale(tmp_path):
-    # The kernels' source is the same but `constexprs` specializes them differently (16 -> 32 rows):
-    # the compiles differ, so the table stays stale.
+def test_a_changed_specialization_is_left_stale(tmp_path, monkeypatch):
+    # The kernels' source is the same but `constexprs` specializes them differently (16 -> 32 rows).
     tree = _old_tree(tmp_path, lambda t: t.replace("BLOCK_M=max(16,", "BLOCK_M=max(32,"))
     path = _tuned_file(tmp_path, _fake_then())
+    [verdict] = restamp.restamp(path, str(tree), dry_run=True)
+    assert not verdict.restamped and "specialized differently" in verdict.reason, verdict
+    # And the compiles themselves tell it apart, without the constexprs comparison.
+    monkeypatch.setattr(restamp, "_specializations_equal", lambda *a: True)
     [verdict] = restamp.restamp(path, str(tree))
     assert not verdict.restamped and "compiles differently" in verdict.reason, verdict
+
+
+def test_a_specialization_the_compile_does_not_cover_is_compared_too(tmp_path):
+    # Only varlen launches would differ (the compile runs the uniform batch): still left stale.
+    tree = _old_tree(tmp_path, lambda t: t.replace("VARLEN=varlen,", "VARLEN=varlen and False,"))
+    path = _tuned_file(tmp_path, _fake_then())
+    [verdict] = restamp.restamp(path, str(tree))
+    assert not verdict.restamped and "specialized differently" in verdict.reason, verdict
