@@ -33,6 +33,11 @@ class LaunchConfig:
         1 = through fp32 (a different instruction sequence, sometimes faster), 2 = Q, K, P and V
         enter the MMAs as fp16 (e4m3 -> fp16 is one instruction and exact; Q and P keep 3 more
         mantissa bits than bf16; the kernel keeps Q and P inside fp16's range by itself).
+    kv_tma: 1 = K/V slices are read through TMA descriptors where the arch has them (sm90) and the
+        cache allows (16-byte aligned), else plain loads; 0 = always plain loads. A TMA box holds a
+        whole slice in shared memory: fewer registers for the pointers, more shared memory, so which
+        is faster depends on the path (on the H200 the bf16 per-token prefill walk took 127 registers
+        and 55 KB with TMA, 104 and 39 KB without).
     waves_per_eu, matrix_instr_nonkdim, kpack: gfx942 only (0 / 0 / 1 mean "backend default").
     """
 
@@ -44,6 +49,7 @@ class LaunchConfig:
     merge_num_warps: int = 4
     fused_merge: int = 0
     kv_upcast: int = 0
+    kv_tma: int = 1
     waves_per_eu: int = 0
     matrix_instr_nonkdim: int = 0
     kpack: int = 1
@@ -114,6 +120,8 @@ def validate_config(config: LaunchConfig, *, arch: str, kernel: str, topk: int |
     if config.kv_upcast not in KV_UPCAST_MODES:
         raise ValueError(f"config.kv_upcast: expected one of {sorted(KV_UPCAST_MODES)} "
                          f"({', '.join(f'{k} = {v}' for k, v in KV_UPCAST_MODES.items())}), got {config.kv_upcast}")
+    if config.kv_tma not in (0, 1):
+        raise ValueError(f"config.kv_tma: expected 0 (plain loads) or 1 (TMA where available), got {config.kv_tma}")
     if not 1 <= config.num_stages <= 8:
         raise ValueError(f"config.num_stages: expected 1..8, got {config.num_stages}")
     if kernel == "prefill" and (config.num_splits != 1 or config.merge_num_warps != LaunchConfig.merge_num_warps):

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: e49dacc8b67008e4390022c3322fa04444effb035d651c008baa9bf3ef4add75
+# inputs-sha256: 94209c7b4c6dcd5ee86e8e16f8fd65d9133d107a4688c45b825af3dcfba8af45
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -243,7 +243,7 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         raise ValueError(f"counters: a fused merge needs >= {total_q * num_kv_heads} zeroed int32 arrival counters")
     varlen = query_start_loc is not None
     grid = (total_q, num_kv_heads, num_splits)
-    kv_tma = kv_tma_ok(kv_cache, head_dim)
+    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, head_dim)  # the config may ask for plain loads
     _msa_decode_split_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, head_dim, config.block_n) if kv_tma else kv_cache, topk_idx, block_table, seq_lens,
         query_start_loc if varlen else seq_lens, token_to_req_indices if varlen else seq_lens,
@@ -258,4 +258,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'e49dacc8b67008e4390022c3322fa04444effb035d651c008baa9bf3ef4add75'
+INPUTS_SHA256 = '94209c7b4c6dcd5ee86e8e16f8fd65d9133d107a4688c45b825af3dcfba8af45'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: 9bf6d3fb84228a3b14984ba6276888abd7dbd7741d2850cea2209add6ff81cbb
+# inputs-sha256: edadbb59f5b8c82e91b0658501081eae4f79e96037373e75bd7ada12ed1792d7
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -247,7 +247,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
-    kv_tma = kv_tma_ok(kv_cache, q.shape[2])
+    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, q.shape[2])  # the config may ask for plain loads
     _msa_prefill_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output,
@@ -259,4 +259,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '9bf6d3fb84228a3b14984ba6276888abd7dbd7741d2850cea2209add6ff81cbb'
+INPUTS_SHA256 = 'edadbb59f5b8c82e91b0658501081eae4f79e96037373e75bd7ada12ed1792d7'

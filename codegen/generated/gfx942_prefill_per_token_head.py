@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 791d51f320c763b83d3f4f41c1629316eaf1f41ddd50b77534cef02a2890b603
+# inputs-sha256: 390b31e2c0248c9d77d34dcafd909e7f7fecc7a712abd943a97868bd605e3256
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -281,7 +281,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
-    kv_tma = kv_tma_ok(kv_cache, q.shape[2])
+    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, q.shape[2])  # the config may ask for plain loads
     _msa_prefill_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output,
@@ -295,4 +295,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '791d51f320c763b83d3f4f41c1629316eaf1f41ddd50b77534cef02a2890b603'
+INPUTS_SHA256 = '390b31e2c0248c9d77d34dcafd909e7f7fecc7a712abd943a97868bd605e3256'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: aa6db4f2749d8cb61aa4da362960d58b16608462d925f7751aca31551e75b441
+# inputs-sha256: ea2a3d3db72ec6772af54c52309915414a31bf0d4b99cde27b4a882f3d7c745c
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -250,7 +250,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
-    kv_tma = kv_tma_ok(kv_cache, q.shape[2])
+    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, q.shape[2])  # the config may ask for plain loads
     _msa_prefill_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output,
@@ -263,4 +263,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'aa6db4f2749d8cb61aa4da362960d58b16608462d925f7751aca31551e75b441'
+INPUTS_SHA256 = 'ea2a3d3db72ec6772af54c52309915414a31bf0d4b99cde27b4a882f3d7c745c'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 4fa30914e7f130ecceeed7761bd881272efec39991bef1be80d7aac1a77e4b02
+# inputs-sha256: 083dc9bce8d9458f2713c2aeeff788cd062e1dcf910b6f9ad4a187dc011ae1a4
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -255,7 +255,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
-    kv_tma = kv_tma_ok(kv_cache, q.shape[2])
+    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, q.shape[2])  # the config may ask for plain loads
     _msa_prefill_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output,
@@ -268,4 +268,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '4fa30914e7f130ecceeed7761bd881272efec39991bef1be80d7aac1a77e4b02'
+INPUTS_SHA256 = '083dc9bce8d9458f2713c2aeeff788cd062e1dcf910b6f9ad4a187dc011ae1a4'

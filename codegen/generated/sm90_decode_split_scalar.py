@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 236691cefad55ff82fa568ee6bdb81cb441b7efa511c8cd40fa4d4f6d6d67ce5
+# inputs-sha256: 3a1af14c73224de129379a246286ac3b22f1a27210a4144cdd4904047c04d82d
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -258,7 +258,7 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         raise ValueError(f"counters: a fused merge needs >= {total_q * num_kv_heads} zeroed int32 arrival counters")
     varlen = query_start_loc is not None
     grid = (total_q, num_kv_heads, num_splits)
-    kv_tma = kv_tma_ok(kv_cache, head_dim)
+    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, head_dim)  # the config may ask for plain loads
     _msa_decode_split_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, head_dim, config.block_n) if kv_tma else kv_cache, topk_idx, block_table, seq_lens,
         query_start_loc if varlen else seq_lens, token_to_req_indices if varlen else seq_lens,
@@ -273,4 +273,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '236691cefad55ff82fa568ee6bdb81cb441b7efa511c8cd40fa4d4f6d6d67ce5'
+INPUTS_SHA256 = '3a1af14c73224de129379a246286ac3b22f1a27210a4144cdd4904047c04d82d'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 19e9ad6c6f271c555a2471577e624588f6ddcd61980087cbbf82a9f29371299c
+# inputs-sha256: 4a05ec1b04663697e995a3f8c0e3854a7936629c1f81dff23b79c5aeb27c7ef7
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -302,7 +302,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
-    kv_tma = kv_tma_ok(kv_cache, q.shape[2])
+    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, q.shape[2])  # the config may ask for plain loads
     _msa_prefill_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output,
@@ -316,4 +316,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '19e9ad6c6f271c555a2471577e624588f6ddcd61980087cbbf82a9f29371299c'
+INPUTS_SHA256 = '4a05ec1b04663697e995a3f8c0e3854a7936629c1f81dff23b79c5aeb27c7ef7'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 7f7354c317d58344f9bfdc8a2d881f847e9266162bd6ebcdff42fadfe239e9cc
+# inputs-sha256: aeb9f4e6f8e4b7a6ca4dda7ba9c8174c64ea1688ec0d28653eb403f1bb192cf2
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -271,7 +271,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
-    kv_tma = kv_tma_ok(kv_cache, q.shape[2])
+    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, q.shape[2])  # the config may ask for plain loads
     _msa_prefill_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output,
@@ -284,4 +284,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '7f7354c317d58344f9bfdc8a2d881f847e9266162bd6ebcdff42fadfe239e9cc'
+INPUTS_SHA256 = 'aeb9f4e6f8e4b7a6ca4dda7ba9c8174c64ea1688ec0d28653eb403f1bb192cf2'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: da2275bd95b351b31855f8918c3e941e4202f2e28d52703883db42d9df558213
+# inputs-sha256: 9f7a46281cb8a9df13655bf6b792dba4cd004964ba373fc8c0f69d8bb8fea482
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -276,7 +276,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
-    kv_tma = kv_tma_ok(kv_cache, q.shape[2])
+    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, q.shape[2])  # the config may ask for plain loads
     _msa_prefill_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output,
@@ -289,4 +289,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'da2275bd95b351b31855f8918c3e941e4202f2e28d52703883db42d9df558213'
+INPUTS_SHA256 = '9f7a46281cb8a9df13655bf6b792dba4cd004964ba373fc8c0f69d8bb8fea482'

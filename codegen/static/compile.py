@@ -192,7 +192,8 @@ def compile_inputs(launch: StaticLaunch, options: Mapping[str, Any] | None = Non
     kernel_constexprs = module.constexprs(num_q_heads=launch.num_q_heads, num_kv_heads=launch.num_kv_heads,
                                           head_dim=launch.head_dim, topk=launch.topk, config=launch.config,
                                           varlen=launch.varlen, use_pdl=launch.use_pdl,
-                                          kv_tma=get_arch(launch.arch).kv_tma)  # a contiguous cache's path
+                                          # a contiguous cache's path, unless the config asks for plain loads
+                                          kv_tma=get_arch(launch.arch).kv_tma and launch.config.kv_tma == 1)
     compile_options = dict(module.options(launch.config))
     if launch.kernel.startswith("decode") and launch.use_pdl:
         compile_options["launch_pdl"] = True  # codegen.api launches both decode kernels with launch_pdl

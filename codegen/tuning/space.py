@@ -16,6 +16,7 @@ _DECODE = {"num_splits": (1, 2, 4, 8, 16), "num_warps": (2, 4, 8), "num_stages":
            "merge_num_warps": (1, 2, 4)}
 _FP8 = {"kv_upcast": (0, 1, 2)}  # how fp8 K/V reach the MMAs (configs.KV_UPCAST_MODES)
 _AMD = {"waves_per_eu": (0, 1, 2, 4), "matrix_instr_nonkdim": (16, 32), "kpack": (1, 2)}
+_TMA = {"kv_tma": (1, 0)}  # archs with TMA: descriptors or plain loads (configs.LaunchConfig.kv_tma)
 
 
 def choices(arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16", path: str = "tiled") -> dict[str, tuple]:
@@ -31,6 +32,8 @@ def choices(arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16", path
         space.update(_FP8)
     if get_arch(arch).amd_knobs:
         space.update(_AMD)
+    if get_arch(arch).kv_tma:
+        space.update(_TMA)
     return space
 
 

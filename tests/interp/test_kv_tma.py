@@ -54,3 +54,30 @@ def test_a_cache_tma_cannot_address_takes_plain_loads(kernel):
     config = PATHS["decode_fused_merge" if kernel == "decode" else "prefill_tiles"][1]
     out = cases.run_kernel(case, arch="sm90", config=config)
     assert compare(out, expected, torch.float32).ok
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_kv_tma_0_takes_plain_loads_with_the_same_results(path, monkeypatch):
+    import dataclasses
+
+    import triton.tools.tensor_descriptor as td
+
+    kernel, config = PATHS[path]
+    case = _case(kernel, seed=2)
+    expected = cases.run_reference(case)
+    built = []
+    real = td.TensorDescriptor.__init__
+
+    def spy(self, *args, **kw):  # every descriptor a launch builds
+        built.append(args)
+        real(self, *args, **kw)
+
+    monkeypatch.setattr(td.TensorDescriptor, "__init__", spy)
+    results = {}
+    for kv_tma in (1, 0):
+        built.clear()
+        case.poison()
+        results[kv_tma] = cases.run_kernel(case, arch="sm90", config=dataclasses.replace(config, kv_tma=kv_tma)).clone()
+        assert bool(built) == bool(kv_tma), f"kv_tma={kv_tma}: {len(built)} descriptors built"
+        assert compare(results[kv_tma], expected, torch.float32).ok
+    assert torch.allclose(results[0], results[1], atol=1e-5, rtol=1e-5)
