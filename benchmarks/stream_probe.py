@@ -58,13 +58,20 @@ def _item(T, HKV: tl.constexpr, SPLITS: tl.constexpr, HEAD_FAST: tl.constexpr):
 
 
 @triton.jit
+def _item_pages(pages_ptr, T, HKV: tl.constexpr, SPLITS: tl.constexpr, HEAD_FAST: tl.constexpr,
+                NPAGES: tl.constexpr):
+    """(KV head, split, entry offsets, the item's NPAGES physical pages) of this program."""
+    t, g, s = _item(T, HKV, SPLITS, HEAD_FAST)
+    offs = tl.arange(0, NPAGES)
+    return g, s, offs, tl.load(pages_ptr + (t * HKV + g) * NPAGES + offs)
+
+
+@triton.jit
 def _stream_tma(kv_desc, pages_ptr, out_ptr, T, HKV: tl.constexpr, SPLITS: tl.constexpr, HEAD_FAST: tl.constexpr,
                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, NPAGES: tl.constexpr):
-    t, g, s = _item(T, HKV, SPLITS, HEAD_FAST)
+    g, s, offs, pages = _item_pages(pages_ptr, T, HKV, SPLITS, HEAD_FAST, NPAGES)
     PER: tl.constexpr = NPAGES // SPLITS
     SUB: tl.constexpr = 128 // BLOCK_N
-    offs = tl.arange(0, NPAGES)
-    pages = tl.load(pages_ptr + (t * HKV + g) * NPAGES + offs)
     acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
     for it in range(s * PER * SUB, (s + 1) * PER * SUB):
         page = tl.sum(tl.where(offs == it // SUB, pages, 0), axis=0)
@@ -79,11 +86,9 @@ def _stream_tma(kv_desc, pages_ptr, out_ptr, T, HKV: tl.constexpr, SPLITS: tl.co
 def _stream_ptr(kv_ptr, pages_ptr, out_ptr, T, stride_b, stride_h, stride_t,
                 HKV: tl.constexpr, SPLITS: tl.constexpr, HEAD_FAST: tl.constexpr,
                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, NPAGES: tl.constexpr, PREFETCH: tl.constexpr):
-    t, g, s = _item(T, HKV, SPLITS, HEAD_FAST)
+    g, s, offs, pages = _item_pages(pages_ptr, T, HKV, SPLITS, HEAD_FAST, NPAGES)
     PER: tl.constexpr = NPAGES // SPLITS
     SUB: tl.constexpr = 128 // BLOCK_N
-    offs = tl.arange(0, NPAGES)
-    pages = tl.load(pages_ptr + (t * HKV + g) * NPAGES + offs)
     rows = tl.arange(0, BLOCK_N)
     cols = tl.arange(0, 2 * HEAD_DIM)
     head = kv_ptr + g * stride_h
@@ -114,11 +119,9 @@ def _stream_xor(kv_desc, kv_ptr, pages_ptr, out_ptr, T, stride_b, stride_h, stri
                 BLOCK_N: tl.constexpr, NPAGES: tl.constexpr, USE_TMA: tl.constexpr):
     """The page stream with the cheapest consumer: K and V words xor-ed into a register tile, no
     reduction across threads inside the loop (the summing kernels above pay one per slice)."""
-    t, g, s = _item(T, HKV, SPLITS, HEAD_FAST)
+    g, s, offs, pages = _item_pages(pages_ptr, T, HKV, SPLITS, HEAD_FAST, NPAGES)
     PER: tl.constexpr = NPAGES // SPLITS
     SUB: tl.constexpr = 128 // BLOCK_N
-    offs = tl.arange(0, NPAGES)
-    pages = tl.load(pages_ptr + (t * HKV + g) * NPAGES + offs)
     rows = tl.arange(0, BLOCK_N)
     cols = tl.arange(0, 2 * WORDS)
     acc = tl.zeros([BLOCK_N, WORDS], dtype=tl.int32)
@@ -154,29 +157,15 @@ def pool(num_tokens, hkv, blocks_per_token, strided, seed):
     return cache, pages.contiguous()
 
 
-def xor_rows(num_tokens, hkv, strided, calls, label):
-    """The xor consumer (_stream_xor) through TMA boxes and through pipelined pointer loads."""
+def _time_variants(num_tokens, hkv, strided, calls, label, variants):
+    """Per-call time of each (name, make) in `variants` over two fresh input sets; make(cache, pages)
+    returns the launch closure. A variant that fails to compile is reported and skipped."""
     sets = [pool(num_tokens, hkv, 64, strided, seed) for seed in range(2)]
     nbytes = num_tokens * hkv * TOPK * PAGE * 2 * D
-    from triton.tools.tensor_descriptor import TensorDescriptor
     rows = []
-    split_counts = (1,) if hkv > 1 else (2, 4)
-    kinds = [(tma, bn, w, st, sp) for tma, bn, w, st, sp in itertools.product((1, 0), (64, 128), (2, 4, 8), (2, 3, 4),
-                                                                             split_counts)]
-    for use_tma, bn, warps, stages, splits in kinds:
-        items = num_tokens * hkv * splits
-        out = torch.empty(items * D // 2, dtype=torch.int32, device=DEVICE)
-
-        def one(cache, pages):
-            as_int = _int32_view(cache)
-            desc = TensorDescriptor(as_int, list(as_int.shape), list(as_int.stride()), [1, 1, bn, D // 4])
-            return lambda: _stream_xor[(items,)](desc, as_int, pages, out, num_tokens, as_int.stride(0),
-                                                 as_int.stride(1), as_int.stride(2), HKV=hkv, SPLITS=splits,
-                                                 HEAD_FAST=0, WORDS=D // 4, BLOCK_N=bn, NPAGES=TOPK,
-                                                 USE_TMA=use_tma, num_warps=warps, num_stages=stages)
-        name = f"xor {'tma' if use_tma else 'plain'} bn{bn} w{warps} st{stages} sp{splits}"
+    for name, make in variants:
         try:
-            fns = [one(*sets[i % 2]) for i in range(2)]
+            fns = [make(*sets[i % 2]) for i in range(2)]
             timing = graph_time([fns[i % 2] for i in range(calls)], replays=20)
         except Exception as exc:  # a variant that does not compile is reported, not fatal
             print(f"{label:28s} {name:40s} ERROR {type(exc).__name__}: {str(exc)[:150]}", flush=True)
@@ -185,6 +174,31 @@ def xor_rows(num_tokens, hkv, strided, calls, label):
     del sets
     torch.cuda.empty_cache()
     return rows
+
+
+def _split_counts(hkv):
+    return (1,) if hkv > 1 else (2, 4)  # TP1's 512 items fill the GPU; TP4's 128 need splits
+
+
+def xor_rows(num_tokens, hkv, strided, calls, label):
+    """The xor consumer (_stream_xor) through TMA boxes and through pipelined pointer loads."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def variant(use_tma, bn, warps, stages, splits):
+        items = num_tokens * hkv * splits
+        out = torch.empty(items * D // 2, dtype=torch.int32, device=DEVICE)
+
+        def make(cache, pages):
+            as_int = _int32_view(cache)
+            desc = TensorDescriptor(as_int, list(as_int.shape), list(as_int.stride()), [1, 1, bn, D // 4])
+            return lambda: _stream_xor[(items,)](desc, as_int, pages, out, num_tokens, as_int.stride(0),
+                                                 as_int.stride(1), as_int.stride(2), HKV=hkv, SPLITS=splits,
+                                                 HEAD_FAST=0, WORDS=D // 4, BLOCK_N=bn, NPAGES=TOPK,
+                                                 USE_TMA=use_tma, num_warps=warps, num_stages=stages)
+        return f"xor {'tma' if use_tma else 'plain'} bn{bn} w{warps} st{stages} sp{splits}", make
+
+    grid = itertools.product((1, 0), (64, 128), (2, 4, 8), (2, 3, 4), _split_counts(hkv))
+    return _time_variants(num_tokens, hkv, strided, calls, label, [variant(*v) for v in grid])
 
 
 def _int32_view(cache):
@@ -196,21 +210,14 @@ def _int32_view(cache):
 
 
 def stream_rows(num_tokens, hkv, strided, calls, label):
-    sets = [pool(num_tokens, hkv, 64, strided, seed) for seed in range(2)]
-    nbytes = num_tokens * hkv * TOPK * PAGE * 2 * D
+    """The summing consumers (_stream_tma, _stream_ptr)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
-    rows = []
-    split_counts = (1,) if hkv > 1 else (2, 4)
-    head_orders = (0, 1) if strided else (0,)
-    kinds = [("tma", bn, w, st, sp, hf) for bn, w, st, sp, hf in itertools.product((64, 128), (2, 4), (2, 3, 4),
-                                                                                  split_counts, head_orders)]
-    kinds += [("plain", 64, w, st, sp, 0) for w, st, sp in itertools.product((4, 8), (2, 3, 4), split_counts)]
-    kinds += [("prefetch", bn, w, 1, sp, 0) for bn, w, sp in itertools.product((32, 64, 128), (4, 8), split_counts)]
-    for kind, bn, warps, stages, splits, head_fast in kinds:
+
+    def variant(kind, bn, warps, stages, splits, head_fast):
         items = num_tokens * hkv * splits
         out = torch.empty(items * 2 * D, device=DEVICE)
 
-        def one(cache, pages):
+        def make(cache, pages):
             if kind == "tma":
                 desc = TensorDescriptor(cache, list(cache.shape), list(cache.stride()), [1, 1, bn, D])
                 return lambda: _stream_tma[(items,)](desc, pages, out, num_tokens, HKV=hkv, SPLITS=splits,
@@ -220,17 +227,14 @@ def stream_rows(num_tokens, hkv, strided, calls, label):
                                                  cache.stride(2), HKV=hkv, SPLITS=splits, HEAD_FAST=head_fast,
                                                  HEAD_DIM=D, BLOCK_N=bn, NPAGES=TOPK, PREFETCH=kind == "prefetch",
                                                  num_warps=warps, num_stages=stages)
-        name = f"{kind} bn{bn} w{warps} st{stages} sp{splits}{' headfast' if head_fast else ''}"
-        try:
-            fns = [one(*sets[i % 2]) for i in range(2)]
-            timing = graph_time([fns[i % 2] for i in range(calls)], replays=20)
-        except Exception as exc:  # a variant that does not compile is reported, not fatal
-            print(f"{label:28s} {name:40s} ERROR {type(exc).__name__}: {str(exc)[:150]}", flush=True)
-            continue
-        rows.append(dict(case=label, kernel=name, time_us=timing.median_us, bytes=nbytes))
-    del sets
-    torch.cuda.empty_cache()
-    return rows
+        return f"{kind} bn{bn} w{warps} st{stages} sp{splits}{' headfast' if head_fast else ''}", make
+
+    splits = _split_counts(hkv)
+    head_orders = (0, 1) if strided else (0,)
+    grid = [("tma", *v) for v in itertools.product((64, 128), (2, 4), (2, 3, 4), splits, head_orders)]
+    grid += [("plain", 64, w, st, sp, 0) for w, st, sp in itertools.product((4, 8), (2, 3, 4), splits)]
+    grid += [("prefetch", bn, w, 1, sp, 0) for bn, w, sp in itertools.product((32, 64, 128), (4, 8), splits)]
+    return _time_variants(num_tokens, hkv, strided, calls, label, [variant(*v) for v in grid])
 
 
 def kernel_rows(layout, num_kv_heads, num_q_heads, batch, calls, configs):
