@@ -116,7 +116,7 @@ def _stream_ptr(kv_ptr, pages_ptr, out_ptr, T, stride_b, stride_h, stride_t,
 @triton.jit
 def _stream_xor(kv_desc, kv_ptr, pages_ptr, out_ptr, T, stride_b, stride_h, stride_t,
                 HKV: tl.constexpr, SPLITS: tl.constexpr, HEAD_FAST: tl.constexpr, WORDS: tl.constexpr,
-                BLOCK_N: tl.constexpr, NPAGES: tl.constexpr, USE_TMA: tl.constexpr):
+                BLOCK_N: tl.constexpr, NPAGES: tl.constexpr, USE_TMA: tl.constexpr, HALVES: tl.constexpr = False):
     """The page stream with the cheapest consumer: K and V words xor-ed into a register tile, no
     reduction across threads inside the loop (the summing kernels above pay one per slice)."""
     g, s, offs, pages = _item_pages(pages_ptr, T, HKV, SPLITS, HEAD_FAST, NPAGES)
@@ -133,11 +133,16 @@ def _stream_xor(kv_desc, kv_ptr, pages_ptr, out_ptr, T, stride_b, stride_h, stri
             k = kv_desc.load([page.to(tl.int32), g, sub, 0]).reshape(BLOCK_N, WORDS)
             v = kv_desc.load([page.to(tl.int32), g, sub, WORDS]).reshape(BLOCK_N, WORDS)
             acc = acc ^ k ^ v
+        elif HALVES:  # K and V as two pointer loads of 128 B a row, as the decode walk's plain path
+            row_ptr = kv_ptr + g * stride_h + page.to(tl.int64) * stride_b + (sub + rows)[:, None] * stride_t
+            k = tl.load(row_ptr + tl.arange(0, WORDS)[None, :])
+            v = tl.load(row_ptr + WORDS + tl.arange(0, WORDS)[None, :])
+            acc = acc ^ k ^ v
         else:
             kv = tl.load(kv_ptr + g * stride_h + page.to(tl.int64) * stride_b + (sub + rows)[:, None] * stride_t
                          + cols[None, :])
             acc2 = acc2 ^ kv
-    if USE_TMA:
+    if USE_TMA or HALVES:
         tl.store(out_ptr + tl.program_id(0) * WORDS + tl.arange(0, WORDS), tl.xor_sum(acc, axis=0))
     else:
         tl.store(out_ptr + tl.program_id(0) * 2 * WORDS + cols, tl.xor_sum(acc2, axis=0))
@@ -181,10 +186,11 @@ def _split_counts(hkv):
 
 
 def xor_rows(num_tokens, hkv, strided, calls, label):
-    """The xor consumer (_stream_xor) through TMA boxes and through pipelined pointer loads."""
+    """The xor consumer (_stream_xor) through TMA boxes and through pipelined pointer loads of whole
+    rows or of K and V halves."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    def variant(use_tma, bn, warps, stages, splits):
+    def variant(loads, bn, warps, stages, splits):  # loads: "tma", "plain" (whole rows), "halves"
         items = num_tokens * hkv * splits
         out = torch.empty(items * D // 2, dtype=torch.int32, device=DEVICE)
 
@@ -194,10 +200,11 @@ def xor_rows(num_tokens, hkv, strided, calls, label):
             return lambda: _stream_xor[(items,)](desc, as_int, pages, out, num_tokens, as_int.stride(0),
                                                  as_int.stride(1), as_int.stride(2), HKV=hkv, SPLITS=splits,
                                                  HEAD_FAST=0, WORDS=D // 4, BLOCK_N=bn, NPAGES=TOPK,
-                                                 USE_TMA=use_tma, num_warps=warps, num_stages=stages)
-        return f"xor {'tma' if use_tma else 'plain'} bn{bn} w{warps} st{stages} sp{splits}", make
+                                                 USE_TMA=loads == "tma", HALVES=loads == "halves",
+                                                 num_warps=warps, num_stages=stages)
+        return f"xor {loads} bn{bn} w{warps} st{stages} sp{splits}", make
 
-    grid = itertools.product((1, 0), (64, 128), (2, 4, 8), (2, 3, 4), _split_counts(hkv))
+    grid = itertools.product(("tma", "plain", "halves"), (64, 128), (2, 4, 8), (2, 3, 4), _split_counts(hkv))
     return _time_variants(num_tokens, hkv, strided, calls, label, [variant(*v) for v in grid])
 
 
