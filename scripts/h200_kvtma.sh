@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The kv_tma knob's re-tune and its before/after on the H200 (issues 12 and 13), by stage, one device
+# call each (carry [".whl", ".before"]; .before = this tree before the re-tune:
+#   rm -rf .before && mkdir .before && git archive HEAD | tar -x -C .before --exclude=tune_studies --exclude=results):
+#   bash scripts/h200_kvtma.sh decode    # ~300 s: 81 decode buckets x their candidates with kv_tma 0 added
+#                                        #   (scripts/h200_decode_candidates_v3.json, 6-14 per table)
+#   bash scripts/h200_kvtma.sh grid      # ~300 s: the decode grid, .before and this tree in one call
+#   bash scripts/h200_kvtma.sh pertoken  # ~400 s: the per-token sub-entries again with kv_tma 0 candidates
+#                                        #   (scripts/h200_prefill_candidates_v2.json), the 21 missing ones too
+# Each stage copies the tuned file and the gzipped study database to $OUT.
+set -uo pipefail
+STAGE=$1
+OUT=${OUT:-/tmp/msa-tune-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD
+tune() {  # kernel, candidates file, trials, seconds, extra args...
+  local kernel=$1 cand=$2 trials=$3 budget=$4; shift 4
+  timeout -k 10 $((budget + 60)) python3 tune.py --kernels "$kernel" --candidates "$(cat "$cand")" --trials "$trials" \
+    --precompile-workers 12 --time-budget "$budget" "$@" > "$OUT/tune_${kernel}_$STAGE.log" 2>&1
+  echo "tune $kernel rc=$?"; tail -4 "$OUT/tune_${kernel}_$STAGE.log"
+  cp tuned_configs/sm90__NVIDIA_H200.json "$OUT/"
+  gzip -c tune_studies/sm90__NVIDIA_H200.db > "$OUT/sm90__NVIDIA_H200.db.gz"
+}
+case $STAGE in
+  decode) tune decode scripts/h200_decode_candidates_v3.json 15 300 ;;
+  pertoken) tune prefill scripts/h200_prefill_candidates_v2.json 25 400 --prefill-paths per_token ;;
+  grid)
+    for side in before after; do
+      tree=$([ $side = before ] && echo .before || echo .)
+      (cd "$tree" && timeout -k 10 140 python3 benchmarks/bench.py --filter decode --exclude tp8 q4 --configs runtime \
+         --out "$OUT/grid_$side" > "$OUT/grid_$side.log" 2>&1); echo "grid $side rc=$?"
+    done
+    python3 benchmarks/before_after.py --before "$OUT/grid_before/bench.json" --after "$OUT/grid_after/bench.json" \
+      > "$OUT/grid.md" 2>&1; tail -30 "$OUT/grid.md" ;;
+  *) echo "stage: expected decode, grid or pertoken, got $STAGE" >&2; exit 2 ;;
+esac
