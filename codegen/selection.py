@@ -38,7 +38,7 @@ def check_selection(selection: str) -> str:
 # per_token_head between 1.90 (0.77x) and 3.73 (1.50x); for 8-token tiles (GQA 8): scalar between
 # 2.20 (0.52x) and 7.17 (1.41x), bf16 between 2.20 (0.71x) and 7.17 (1.90x). A share of 1.0 lies
 # inside every bracket; the smaller shares of the earlier kernels (bf16 0.5, per_token_head 0.3)
-# sent four of these cases to the slower per-token path (up to 1.7x slower).
+# sent five of these cases to the slower per-token path (up to 1.7x slower).
 TILE_WASTE_SHARE = {"scalar": 1.0, "none": 1.0, "per_token_head": 1.0}
 
 
