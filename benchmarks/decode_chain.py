@@ -4,7 +4,8 @@ Each row is timed like the benchmark (one CUDA graph of 20 calls over rotating i
 calls, median), on the benchmark's own inputs for `decode tp4 scalar b1 q1 ctx8k`. The rows peel the
 call apart: an empty launch; only the dependent index loads (top-k id -> block-table entry); those
 plus the page's K/V bytes; the split kernel alone (partials stored, no merge); split + merge kernel;
-the fused merge; one program reading all partials (the fused merge's serial tail). `pdl` rows launch
+the fused merge; one program reading all partials (the fused merge's serial tail), in fp32 and in
+fp16; the split kernel and the call with plain K/V loads (`kv_tma` 0). `pdl` rows launch
 the probe with programmatic dependent launch (each kernel waits for its predecessor with
 griddepcontrol, but its launch overlaps the predecessor's tail).
 
@@ -53,13 +54,14 @@ def _probe(topk_ptr, block_table_ptr, kv_ptr, out_ptr, stride_tk_k, stride_bt_b,
 
 @triton.jit
 def _read_partials(part_ptr, out_ptr, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, PDL: tl.constexpr):
-    """One program reads ROWS x HEAD_DIM fp32 partials and stores their column sums: the bytes the
-    fused merge's last program reads, without the merge arithmetic."""
+    """One program reads ROWS x HEAD_DIM partials (fp32, or fp16 as on branch decode-partials) and
+    stores their column sums: the bytes the fused merge's last program reads, without the merge
+    arithmetic."""
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     offs = tl.arange(0, ROWS)[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
-    x = tl.load(part_ptr + offs, cache_modifier=".cg")
+    x = tl.load(part_ptr + offs, cache_modifier=".cg").to(tl.float32)
     tl.store(out_ptr + tl.arange(0, HEAD_DIM), tl.sum(x, axis=0))
 
 
@@ -103,8 +105,9 @@ def measure(arch: str) -> tuple[list[Row], dict]:
                               launch_pdl=pdl)
         return [lambda i=i: call(i) for i in range(CALLS)]
 
-    def read_partials(pdl: bool):
-        return [lambda i=i: _read_partials[(1,)](partials[i % len(sets)], merged, ROWS=hq * splits,
+    def read_partials(pdl: bool, dtype=torch.float32):
+        parts = [p.to(dtype) for p in partials]
+        return [lambda i=i: _read_partials[(1,)](parts[i % len(sets)], merged, ROWS=hq * splits,
                                                  HEAD_DIM=head_dim, PDL=pdl, launch_pdl=pdl)
                 for i in range(CALLS)]
 
@@ -136,7 +139,12 @@ def measure(arch: str) -> tuple[list[Row], dict]:
             probe(True, pdl))
         add(f"read partials{tag}", f"1 program reads {hq * splits} x {head_dim} fp32 (the fused merge's reads)",
             read_partials(pdl))
+    add("read partials fp16 pdl", f"1 program reads {hq * splits} x {head_dim} fp16 (half the bytes)",
+        read_partials(True, torch.float16))
     add("split kernel only", f"runtime config, {splits} splits, partials stored, no merge", split_only(runtime))
+    plain = dataclasses.replace(runtime, kv_tma=0)
+    add("split kernel only, kv_tma 0", "the same with plain K/V loads", split_only(plain))
+    add("fused merge, kv_tma 0", "the runtime config with plain K/V loads", api(plain, fused=True))
     add("split + merge kernel", "runtime config with fused_merge=0 (two launches, PDL)", api(runtime, fused=False))
     add("fused merge (runtime)", f"the runtime config: {runtime.non_default() or 'default'}", api(runtime, fused=True))
     for n in (8, 4, 1):
