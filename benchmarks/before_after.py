@@ -17,6 +17,9 @@ import pathlib
 import statistics
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from plots import ceiling_key  # noqa: E402  (benchmarks/plots.py; matplotlib only when plotting)
+
 
 def load(paths) -> dict[str, dict]:
     rows = {}
@@ -33,7 +36,7 @@ _OTHER_KERNELS = {"decode": ("block_t",), "prefill": ("num_splits", "fused_merge
 
 def share(row: dict) -> float:
     """% of the row's ceiling: the HBM floor for decode, the bf16 matmul peak for prefill."""
-    return 100 * row["bf16_fraction" if row["spec"]["kernel"] == "prefill" else "hbm_fraction"]
+    return 100 * row[ceiling_key(row["spec"]["kernel"])]
 
 
 def markdown(before: dict, after: dict) -> str:

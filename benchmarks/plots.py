@@ -13,6 +13,12 @@ import sys
 BARS_UP_TO = 24  # cases per kernel drawn as bars; more are drawn as grid panels
 
 
+def ceiling_key(kernel: str) -> str:
+    """The row field with the share of the kernel's ceiling: the HBM floor for decode (bytes),
+    the measured bf16 matmul peak for prefill (FLOPs)."""
+    return "hbm_fraction" if kernel == "decode" else "bf16_fraction"
+
+
 def write_plots(rows: list[dict], out: pathlib.Path) -> list[pathlib.Path]:
     import matplotlib
 
@@ -30,7 +36,7 @@ def write_plots(rows: list[dict], out: pathlib.Path) -> list[pathlib.Path]:
         if len(names) > BARS_UP_TO:
             written += _grid_plots(plt, [r for r in ok if r["case"] in names], kernel, out)
             continue
-        floor_key = "hbm_fraction" if kernel == "decode" else "bf16_fraction"
+        floor_key = ceiling_key(kernel)
         floor_name = "% of HBM floor (copy bandwidth)" if kernel == "decode" else "% of bf16 matmul peak"
         fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.7 * len(names) * len(columns)), 9), sharex=True)
         width = 0.8 / max(len(columns), 1)
@@ -74,8 +80,7 @@ def _grid_plots(plt, rows: list[dict], kernel: str, out: pathlib.Path) -> list[p
         panel_of, panel_name = (lambda s: s["pattern"]), str
         xs = sorted({(s["batch"], s["tokens"], s["context"]) for s in specs}, key=lambda x: (x[2], x[0] * x[1], x[0]))
         x_of, x_name = (lambda s: (s["batch"], s["tokens"], s["context"])), "chunk"
-    floor_key, floor_name = (("hbm_fraction", "% of HBM floor") if kernel == "decode"
-                             else ("bf16_fraction", "% of bf16 peak"))
+    floor_key, floor_name = ceiling_key(kernel), ("% of HBM floor" if kernel == "decode" else "% of bf16 peak")
     columns = list(dict.fromkeys(r["config"] for r in rows))
     modes = list(dict.fromkeys(s["mode"] for s in specs))
     written = []

@@ -6,7 +6,11 @@ case and one column per config; each file's rows keep the fractions of its own r
 from __future__ import annotations
 
 import json
+import pathlib
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from plots import ceiling_key  # noqa: E402  (benchmarks/plots.py; matplotlib only when plotting)
 
 
 def _env_line(env: dict) -> str:
@@ -35,7 +39,7 @@ def markdown(*docs: dict) -> str:
             cells.append(f"{r['time_us']:.1f}" if r else "-")
         run = by.get((case, "runtime"))
         if run:
-            floor = run["hbm_fraction"] if case.startswith("decode") else run["bf16_fraction"]
+            floor = run[ceiling_key(case.split()[0])]
             cells.append(f"{100 * floor:.1f}% {'HBM' if case.startswith('decode') else 'bf16'}")
         else:
             cells.append("-")

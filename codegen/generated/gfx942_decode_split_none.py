@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_none (arch=gfx942, kernel=decode_split, scale_mode=none)
-# inputs-sha256: f419e1aec02b0364b5b4093bbca79fe617b196578b8e2917762af7fd1542efd1
+# inputs-sha256: dbe1d3b8e1acb1c47cf918d61a1358e32b5d97b31be93b8f00a719a05c317c90
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -251,4 +251,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'f419e1aec02b0364b5b4093bbca79fe617b196578b8e2917762af7fd1542efd1'
+INPUTS_SHA256 = 'dbe1d3b8e1acb1c47cf918d61a1358e32b5d97b31be93b8f00a719a05c317c90'

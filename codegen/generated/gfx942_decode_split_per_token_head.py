@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_per_token_head (arch=gfx942, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 85915a0a7df5d46a97e4412518be5d4be2b06e0338efd6c47a446781d74f9b27
+# inputs-sha256: e39839a3dc215c22f2fdf37954ffd892dc2a5462d570c4e542a7dff052fb3cf9
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -272,4 +272,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '85915a0a7df5d46a97e4412518be5d4be2b06e0338efd6c47a446781d74f9b27'
+INPUTS_SHA256 = 'e39839a3dc215c22f2fdf37954ffd892dc2a5462d570c4e542a7dff052fb3cf9'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: bdacd59b95b17e7ce18b73ae30c30f4a6937add0c291e6b3808d91e0a1121c38
+# inputs-sha256: a134d7e3f382dba6199ed82e7f7c159b94a1def74753f12acfc70d3a4f6b4deb
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -256,4 +256,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'bdacd59b95b17e7ce18b73ae30c30f4a6937add0c291e6b3808d91e0a1121c38'
+INPUTS_SHA256 = 'a134d7e3f382dba6199ed82e7f7c159b94a1def74753f12acfc70d3a4f6b4deb'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 94209c7b4c6dcd5ee86e8e16f8fd65d9133d107a4688c45b825af3dcfba8af45
+# inputs-sha256: 30bdabf96ca722804aaed7c9310db89b8da6107f94466fc0e73a3f94bfe72c2c
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -258,4 +258,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '94209c7b4c6dcd5ee86e8e16f8fd65d9133d107a4688c45b825af3dcfba8af45'
+INPUTS_SHA256 = '30bdabf96ca722804aaed7c9310db89b8da6107f94466fc0e73a3f94bfe72c2c'

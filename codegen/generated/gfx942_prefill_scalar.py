@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: ea2a3d3db72ec6772af54c52309915414a31bf0d4b99cde27b4a882f3d7c745c
+# inputs-sha256: 8d0a1aa41a442fb8ac70a32a375af8992cbeaaf82f85be0cf1495be8b54ff2bc
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -263,4 +263,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'ea2a3d3db72ec6772af54c52309915414a31bf0d4b99cde27b4a882f3d7c745c'
+INPUTS_SHA256 = '8d0a1aa41a442fb8ac70a32a375af8992cbeaaf82f85be0cf1495be8b54ff2bc'

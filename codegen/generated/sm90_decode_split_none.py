@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: d163b1e3866818cea3ff9db40640bb8748b4d834e8cc5ce8b1798c10a0d9b905
+# inputs-sha256: cafe2bab8d1bcd452560e77baa7763ccf77b496bfb95fb2dacb800d45050c119
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -268,4 +268,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'd163b1e3866818cea3ff9db40640bb8748b4d834e8cc5ce8b1798c10a0d9b905'
+INPUTS_SHA256 = 'cafe2bab8d1bcd452560e77baa7763ccf77b496bfb95fb2dacb800d45050c119'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 91cf44a1ec56c6d249d6a963b32df583220732e72700ec82db68187bb9c272c9
+# inputs-sha256: 4287ff39c51fb0da5fd008c5b86808674be4fdd54da6ebcc5fadb9988ebb1577
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -289,4 +289,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '91cf44a1ec56c6d249d6a963b32df583220732e72700ec82db68187bb9c272c9'
+INPUTS_SHA256 = '4287ff39c51fb0da5fd008c5b86808674be4fdd54da6ebcc5fadb9988ebb1577'

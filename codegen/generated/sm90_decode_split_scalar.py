@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 3a1af14c73224de129379a246286ac3b22f1a27210a4144cdd4904047c04d82d
+# inputs-sha256: 13cda24f58bb1144da0b14b7434a03201f9ac0a9cd0b04acb0a815b4d01cdefd
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -273,4 +273,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '3a1af14c73224de129379a246286ac3b22f1a27210a4144cdd4904047c04d82d'
+INPUTS_SHA256 = '13cda24f58bb1144da0b14b7434a03201f9ac0a9cd0b04acb0a815b4d01cdefd'

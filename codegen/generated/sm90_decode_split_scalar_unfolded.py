@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar_unfolded (arch=sm90, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: be56278db43e34522bfb0e2b5571796fbc51986b411c0afcd25ed1a61a7b8241
+# inputs-sha256: dbaf54d1f6fb0b9aad0ea7e5fcdcbfc133ade681743d53743271ea4f76266f5d
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -275,4 +275,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'be56278db43e34522bfb0e2b5571796fbc51986b411c0afcd25ed1a61a7b8241'
+INPUTS_SHA256 = 'dbaf54d1f6fb0b9aad0ea7e5fcdcbfc133ade681743d53743271ea4f76266f5d'

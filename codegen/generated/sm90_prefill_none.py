@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: 55ad884ec6ed503cd018e379efe8f7b2c58f96737194564a1a597a31bb6050b5
+# inputs-sha256: a326d594ee49ba114656d6c1de5135464dc2fd8ea030dfcb230841e992d02161
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -280,4 +280,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '55ad884ec6ed503cd018e379efe8f7b2c58f96737194564a1a597a31bb6050b5'
+INPUTS_SHA256 = 'a326d594ee49ba114656d6c1de5135464dc2fd8ea030dfcb230841e992d02161'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 4a05ec1b04663697e995a3f8c0e3854a7936629c1f81dff23b79c5aeb27c7ef7
+# inputs-sha256: c982e09acf9e932e49c61edfa87cda23f274c76d314a0569f26433b715ef60b7
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -316,4 +316,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '4a05ec1b04663697e995a3f8c0e3854a7936629c1f81dff23b79c5aeb27c7ef7'
+INPUTS_SHA256 = 'c982e09acf9e932e49c61edfa87cda23f274c76d314a0569f26433b715ef60b7'
