@@ -287,18 +287,19 @@ def main(argv=None) -> int:
                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), command=" ".join(sys.argv), copy_bytes_per_s=copy)
     print(f"# {env['gpu']}, torch {env['torch']}, triton {env['triton']}; copy {copy / 1e12:.2f} TB/s", flush=True)
     rows = []
-    tp1 = [LaunchConfig(block_n=64, num_warps=2, num_stages=3, num_splits=1, kv_upcast=2),
-           LaunchConfig(block_n=64, num_warps=4, num_stages=3, num_splits=1, kv_upcast=2),
-           LaunchConfig(block_n=128, num_warps=4, num_stages=3, num_splits=2, fused_merge=1, kv_upcast=2)]
-    plan = [("tp1 b128", lambda: kernel_rows("tp1", 4, 64, 128, args.calls, tp1))]
     if args.xor_only:
         plan = [("xor tp1 b128", lambda: xor_rows(128, 4, True, args.calls, "xor tp1 b128 strided")),
                 ("xor tp4 b128", lambda: xor_rows(128, 1, False, args.calls, "xor tp4 b128"))]
-    if not args.skip_stream:
-        plan += [(f"stream tp1 b128 {'strided' if s else 'contiguous'}",
-                  lambda s=s: stream_rows(128, 4, s, args.calls, f"stream tp1 b128 {'strided' if s else 'contiguous'}"))
-                 for s in (True, False)]
-        plan += [("stream tp4 b128", lambda: stream_rows(128, 1, False, args.calls, "stream tp4 b128"))]
+    else:
+        tp1 = [LaunchConfig(block_n=64, num_warps=2, num_stages=3, num_splits=1, kv_upcast=2),
+               LaunchConfig(block_n=64, num_warps=4, num_stages=3, num_splits=1, kv_upcast=2),
+               LaunchConfig(block_n=128, num_warps=4, num_stages=3, num_splits=2, fused_merge=1, kv_upcast=2)]
+        plan = [("tp1 b128", lambda: kernel_rows("tp1", 4, 64, 128, args.calls, tp1))]
+        if not args.skip_stream:
+            for label in ("stream tp1 b128 strided", "stream tp1 b128 contiguous"):
+                plan.append((label, lambda label=label: stream_rows(128, 4, label.endswith("strided"), args.calls,
+                                                                      label)))
+            plan.append(("stream tp4 b128", lambda: stream_rows(128, 1, False, args.calls, "stream tp4 b128")))
     for name, fn in plan:
         got = fn()
         for row in got:
