@@ -12,8 +12,9 @@ re-tune would measure the same binaries again. `restamp` proves it instead, per 
      parameters and launch options are equal and the PTX / AMDGCN compiled now from both trees is
      identical, with the Triton of this process (run it with the Triton the GPU uses).
 Only then its hash moves to the current one, and its provenance appends to `restamped` (from which
-ref and hash, how many kernels compared), so the hash it was tuned under stays on record. The Python launch code is not compared: a change there is the
-interpreter tests' to check (e.g. that a config without the new knob launches as before).
+ref and hash, how many kernels compared), so the hash it was tuned under stays on record. The
+Python launch code is not compared: a change there is the interpreter tests' to check (e.g. that a
+config without the new knob launches as before).
 
   .venv-static/bin/python -m codegen restamp --before REF|TREE [--file tuned_configs/X.json] [--dry-run]
 """
@@ -172,10 +173,8 @@ def restamp(path: pathlib.Path, before: str, *, dry_run: bool = False) -> list[V
             if verdict.restamped:
                 kernel, scale_mode, *_ = tuned_store.parse_table_key(key)
                 prov = table["provenance"]
-                history = prov.get("restamped", [])
-                history = [history] if isinstance(history, dict) else history  # the first format: one record
-                prov["restamped"] = history + [dict(from_ref=before, from_inputs_sha256=prov["inputs_sha256"],
-                                                    kernels_compared=verdict.kernels_compared)]
+                prov["restamped"] = prov.get("restamped", []) + [dict(
+                    from_ref=before, from_inputs_sha256=prov["inputs_sha256"], kernels_compared=verdict.kernels_compared)]
                 prov["inputs_sha256"] = current_inputs_sha256(doc["arch"], kernel, scale_mode)
     if not dry_run and any(v.restamped for v in verdicts):
         with tuned_store.locked(path):

@@ -12,8 +12,8 @@ from ..variants import get_arch
 _COMMON = {"block_n": (32, 64, 128), "num_warps": (4, 8), "num_stages": (1, 2, 3)}
 _PREFILL = {"block_t": (1, 2, 4, 8)}
 # Decode on sm90 reads pages through TMA boxes: a 4th stage keeps three slices in flight. One warp:
-# the softmax over a slice's keys needs no reduction across warps (the decode consumer, not the page
-# stream, is what stays below the HBM floor: results/h200/decode-stream); bn32/bn64 fit without spills.
+# the softmax over a slice's keys needs no reduction across warps (the kernel runs below what its
+# page stream allows, results/h200/decode-stream); bn32/bn64 fit without spills (unmeasured).
 _DECODE = {"num_splits": (1, 2, 4, 8, 16), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2, 3, 4),
            "fused_merge": (0, 1), "merge_num_warps": (1, 2, 4)}
 _FP8 = {"kv_upcast": (0, 1, 2)}  # how fp8 K/V reach the MMAs (configs.KV_UPCAST_MODES)
