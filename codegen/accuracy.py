@@ -21,8 +21,8 @@ TOLERANCES = {
 
 def gate_dtype(q_dtype: torch.dtype, config=None) -> torch.dtype:
     """The dtype whose tolerance judges a run: the query's, except that fp16 MMAs (a config with
-    kv_upcast == 2) round fp32 queries and probabilities to fp16 first."""
-    if config is not None and getattr(config, "kv_upcast", 0) == 2 and q_dtype == torch.float32:
+    kv_upcast 2 or 3) round fp32 queries and probabilities to fp16 first."""
+    if config is not None and getattr(config, "kv_upcast", 0) in (2, 3) and q_dtype == torch.float32:
         return torch.float16
     return q_dtype
 

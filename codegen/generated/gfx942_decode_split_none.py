@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_none (arch=gfx942, kernel=decode_split, scale_mode=none)
-# inputs-sha256: dbe1d3b8e1acb1c47cf918d61a1358e32b5d97b31be93b8f00a719a05c317c90
+# inputs-sha256: b4e3508a43c18af4f200476ea9162c80b844f1d8cefdf194968e9221fd890164
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -203,7 +203,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
                 NUM_SPLITS=config.num_splits, SPLITS_P2=triton.next_power_of_2(config.num_splits),
                 MERGE_CHUNK=min(4, triton.next_power_of_2(config.num_splits)),
-                FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1), KV_UPCAST=config.kv_upcast,
+                FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1),
+                KV_UPCAST=config.kv_upcast,
                 VARLEN=varlen, USE_PDL=False, KV_TMA=kv_tma)
 
 
@@ -251,4 +252,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'dbe1d3b8e1acb1c47cf918d61a1358e32b5d97b31be93b8f00a719a05c317c90'
+INPUTS_SHA256 = 'b4e3508a43c18af4f200476ea9162c80b844f1d8cefdf194968e9221fd890164'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: a134d7e3f382dba6199ed82e7f7c159b94a1def74753f12acfc70d3a4f6b4deb
+# inputs-sha256: 1b92b9f4ffa82337e16ddfee220d98d05063ba7f99e9a37f62e7c496f08a1ed2
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -207,7 +207,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
                 NUM_SPLITS=config.num_splits, SPLITS_P2=triton.next_power_of_2(config.num_splits),
                 MERGE_CHUNK=min(4, triton.next_power_of_2(config.num_splits)),
-                FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1), KV_UPCAST=config.kv_upcast,
+                FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1),
+                KV_UPCAST=config.kv_upcast,
                 VARLEN=varlen, USE_PDL=False, KV_TMA=kv_tma)
 
 
@@ -256,4 +257,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'a134d7e3f382dba6199ed82e7f7c159b94a1def74753f12acfc70d3a4f6b4deb'
+INPUTS_SHA256 = '1b92b9f4ffa82337e16ddfee220d98d05063ba7f99e9a37f62e7c496f08a1ed2'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 30bdabf96ca722804aaed7c9310db89b8da6107f94466fc0e73a3f94bfe72c2c
+# inputs-sha256: 8c804003b1d6f0b34b8961aa7fb76c122ef8cf46b12d968552ac2e6505231f18
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -209,7 +209,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
                 NUM_SPLITS=config.num_splits, SPLITS_P2=triton.next_power_of_2(config.num_splits),
                 MERGE_CHUNK=min(4, triton.next_power_of_2(config.num_splits)),
-                FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1), KV_UPCAST=config.kv_upcast,
+                FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1),
+                KV_UPCAST=config.kv_upcast,
                 VARLEN=varlen, USE_PDL=False, KV_TMA=kv_tma)
 
 
@@ -258,4 +259,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '30bdabf96ca722804aaed7c9310db89b8da6107f94466fc0e73a3f94bfe72c2c'
+INPUTS_SHA256 = '8c804003b1d6f0b34b8961aa7fb76c122ef8cf46b12d968552ac2e6505231f18'

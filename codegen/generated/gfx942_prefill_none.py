@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: 960ae711c32ca55ba90933cbcce36cb6d86afc430abb463703d12e35d1488447
+# inputs-sha256: e228e8934fd00aedbb612611b7247bc61a5fdaaa784f0cccabfc9bad3af85e85
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -259,4 +259,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '960ae711c32ca55ba90933cbcce36cb6d86afc430abb463703d12e35d1488447'
+INPUTS_SHA256 = 'e228e8934fd00aedbb612611b7247bc61a5fdaaa784f0cccabfc9bad3af85e85'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 71074e92913538566bd7443e1cba1e15a589f17d8265e1564eaf5f1f2ee758a1
+# inputs-sha256: 078177a6650475f97d410afa122808d3722dc131c39c9dd0746f0d6657f4fcca
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -295,4 +295,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '71074e92913538566bd7443e1cba1e15a589f17d8265e1564eaf5f1f2ee758a1'
+INPUTS_SHA256 = '078177a6650475f97d410afa122808d3722dc131c39c9dd0746f0d6657f4fcca'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 8d0a1aa41a442fb8ac70a32a375af8992cbeaaf82f85be0cf1495be8b54ff2bc
+# inputs-sha256: 2d93a9e6d5f3d8f95d86f724618cc2f358a9d8decc51a3752b8787e7aa72c83b
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -263,4 +263,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '8d0a1aa41a442fb8ac70a32a375af8992cbeaaf82f85be0cf1495be8b54ff2bc'
+INPUTS_SHA256 = '2d93a9e6d5f3d8f95d86f724618cc2f358a9d8decc51a3752b8787e7aa72c83b'

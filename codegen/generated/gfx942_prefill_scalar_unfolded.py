@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: c67515142de3c12fcd6c88d10e978ad192a6c062052a32447dd58ab39bcd86d2
+# inputs-sha256: 4a5de8e23f80f7caf34824e7696781922a42cbf6175acbe274232ecd000cd2f7
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -268,4 +268,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'c67515142de3c12fcd6c88d10e978ad192a6c062052a32447dd58ab39bcd86d2'
+INPUTS_SHA256 = '4a5de8e23f80f7caf34824e7696781922a42cbf6175acbe274232ecd000cd2f7'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: cafe2bab8d1bcd452560e77baa7763ccf77b496bfb95fb2dacb800d45050c119
+# inputs-sha256: e02179a312d383316fb2e5bcca2494c77576e813734443a80321161f16e49205
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -11,6 +11,8 @@ FUSED_MERGE, the last split program of the (token, KV head) to finish: it counts
 int32 counter and resets it after merging, so the counters are zero again for the next call.
 Grid and buffers depend only on shapes and the config, so the launch can be captured in a CUDA graph.
 """
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -37,7 +39,7 @@ def _msa_decode_split_kernel(
     GQA: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, TOPK_P2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_CHUNK: tl.constexpr,
     FUSED_MERGE: tl.constexpr, KV_UPCAST: tl.constexpr, VARLEN: tl.constexpr, USE_PDL: tl.constexpr,
-    KV_TMA: tl.constexpr,
+    KV_TMA: tl.constexpr, V_CVT_ASM: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     if USE_PDL:
@@ -132,6 +134,8 @@ def _msa_decode_split_kernel(
                 + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
         if KV_UPCAST == 1:
             v = v.to(tl.float32)
+        if V_CVT_ASM:
+            v = _e4m3_to_fp16(v)  # converted where it was loaded, so the transpose moves fp16
         v = v.to(q.dtype)
         if KV_TMA:
             # A TMA box also reads slots no row sees, which may hold anything, NaN included:
@@ -196,6 +200,23 @@ def _msa_decode_split_kernel(
 KERNEL = _msa_decode_split_kernel
 
 
+# The interpreter runs no PTX: it takes the exact `.to()` conversion instead.
+_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+
+
+@triton.jit
+def _e4m3_to_fp16(x):
+    """fp8 e4m3 -> fp16 (exact), two values per cvt. Not `.to()`: Triton would move the PV MMA's
+    operand layout above a `.to()` and read the fp8 V tile from shared memory one byte at a time
+    (its transpose has no 8-bit ldmatrix). An asm block with side effects stays where it is: V is
+    converted in its load layout, and the transpose moves fp16 through ldmatrix."""
+    if _INTERPRETED:
+        return x.to(tl.float16)
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        constraints="=r,=r,r", args=[x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=False, pack=4)
+
+
 
 def kv_tma_ok(kv_cache, head_dim):
     """Whether the cache can be read through a TMA descriptor: unit stride on the last axis,
@@ -221,7 +242,9 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
                 NUM_SPLITS=config.num_splits, SPLITS_P2=triton.next_power_of_2(config.num_splits),
                 MERGE_CHUNK=min(4, triton.next_power_of_2(config.num_splits)),
-                FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1), KV_UPCAST=config.kv_upcast,
+                FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1),
+                # kv_upcast 3 is 2 (fp16 MMAs) with V converted by _e4m3_to_fp16
+                KV_UPCAST=2 if config.kv_upcast == 3 else config.kv_upcast, V_CVT_ASM=config.kv_upcast == 3,
                 VARLEN=varlen, USE_PDL=use_pdl, KV_TMA=kv_tma)
 
 
@@ -268,4 +291,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'cafe2bab8d1bcd452560e77baa7763ccf77b496bfb95fb2dacb800d45050c119'
+INPUTS_SHA256 = 'e02179a312d383316fb2e5bcca2494c77576e813734443a80321161f16e49205'

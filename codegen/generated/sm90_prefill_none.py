@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: a326d594ee49ba114656d6c1de5135464dc2fd8ea030dfcb230841e992d02161
+# inputs-sha256: dd68235f590a687a9c63e67fbd4c281839d4d55b9637f00a71e15b23c571e0bc
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -280,4 +280,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'a326d594ee49ba114656d6c1de5135464dc2fd8ea030dfcb230841e992d02161'
+INPUTS_SHA256 = 'dd68235f590a687a9c63e67fbd4c281839d4d55b9637f00a71e15b23c571e0bc'

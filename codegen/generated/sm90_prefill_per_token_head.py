@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: c982e09acf9e932e49c61edfa87cda23f274c76d314a0569f26433b715ef60b7
+# inputs-sha256: f514730b4c8b5b9b6f113bc9e5ce80e25dc39ae84d7bc75a5461f127042ee8ee
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -316,4 +316,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'c982e09acf9e932e49c61edfa87cda23f274c76d314a0569f26433b715ef60b7'
+INPUTS_SHA256 = 'f514730b4c8b5b9b6f113bc9e5ce80e25dc39ae84d7bc75a5461f127042ee8ee'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: a8e929d6af787b9ff833e52d3097cd0f6a2eac36d63389a84601909d7f097cf5
+# inputs-sha256: 575f714a3353cf563959eaef83fc894058568c2b33fdf1e7fe72484c3076837c
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -284,4 +284,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'a8e929d6af787b9ff833e52d3097cd0f6a2eac36d63389a84601909d7f097cf5'
+INPUTS_SHA256 = '575f714a3353cf563959eaef83fc894058568c2b33fdf1e7fe72484c3076837c'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: d467c294d68ffffcf04bb91cbebe8757fd55ca852dcda6f9a2efa2966669fadb
+# inputs-sha256: d6322b29de91b6e76c5e6befcbd3b1deb97df52362e6bf2d74db7c1565fcbe98
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -289,4 +289,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'd467c294d68ffffcf04bb91cbebe8757fd55ca852dcda6f9a2efa2966669fadb'
+INPUTS_SHA256 = 'd6322b29de91b6e76c5e6befcbd3b1deb97df52362e6bf2d74db7c1565fcbe98'

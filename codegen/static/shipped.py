@@ -47,7 +47,7 @@ def _design_launches() -> list[StaticLaunch]:
                                          dataclasses.replace(base, kv_upcast=upcast), source="design")
             base = dataclasses.replace(default_config(arch, "decode", num_tokens=1, num_kv_heads=1), num_splits=4,
                                        fused_merge=1)
-            for upcast in (0, 2):
+            for upcast in (0, 2, 3) if ARCHS[arch].fp8_cvt_asm else (0, 2):
                 launches += launches_for(arch, "decode", scale_mode, "fp8", 16, 1,
                                          dataclasses.replace(base, kv_upcast=upcast), source="design")
     return launches

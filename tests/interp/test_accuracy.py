@@ -173,6 +173,26 @@ def test_kv_upcast(arch, mode, kv_dtype, kernel, kv_upcast):
     _check(case, arch, config)
 
 
+@pytest.mark.parametrize("mode,kv_dtype", FP8_MODES)
+@pytest.mark.parametrize("num_splits,fused_merge", [(1, 0), (2, 1)])
+def test_decode_v_converted_before_its_transpose(mode, kv_dtype, num_splits, fused_merge):
+    """kv_upcast 3 (sm90 decode): fp16 MMAs as 2, V through _e4m3_to_fp16, which the interpreter
+    runs as `.to()` (the PTX path is checked by tests/static and on the GPU)."""
+    case = cases.decode_case(arch="sm90", kv_dtype=kv_dtype, scale_mode=mode, seed=43 + num_splits,
+                             **DECODE_SHAPES["uniform_spec_q4"], **SMALL)
+    _check(case, "sm90", _config("sm90", block_n=32, num_splits=num_splits, fused_merge=fused_merge, kv_upcast=3))
+
+
+@pytest.mark.parametrize("kernel,arch", [("prefill", "sm90"), ("decode", "gfx942")])
+def test_kv_upcast_3_only_where_it_exists(kernel, arch):
+    """V's PTX conversion exists for sm90 decode: elsewhere kv_upcast 3 is refused by name."""
+    make = cases.prefill_case if kernel == "prefill" else cases.decode_case
+    shape = PREFILL_SHAPES["cross_page"] if kernel == "prefill" else DECODE_SHAPES["uniform_q1"]
+    case = make(arch=arch, kv_dtype="fp8", scale_mode="scalar", seed=6, **shape, **SMALL)
+    with pytest.raises(ValueError, match="config.kv_upcast: 3"):
+        cases.run_kernel(case, arch=arch, config=_config(arch, kv_upcast=3))
+
+
 @pytest.mark.parametrize("kernel", ["prefill", "decode"])
 def test_fp16_mmas_keep_huge_queries_finite(kernel):
     """Queries far beyond fp16's range (1e6) are divided into it inside the kernel, and large

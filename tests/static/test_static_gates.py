@@ -4,6 +4,7 @@ Run in its own process (no TRITON_INTERPRET): python -m pytest -q -n 2 tests/sta
 A failing gate names the launch (variant, KV dtype, heads, config) and every figure.
 """
 import json
+import re
 import warnings
 
 import pytest
@@ -320,3 +321,17 @@ def test_page_loops_prefetch(kernel, fields):
                                                                           config)[0]))
 
     assert copies(3) > copies(1)
+
+
+def test_decode_v_is_converted_before_its_transpose():
+    """kv_upcast 3 on sm90: V goes through cvt.rn.f16x2.e4m3x2 in its load layout and reaches the
+    PV MMA as fp16, never read from shared memory a byte at a time (what kv_upcast 2 compiles to
+    with plain loads on Triton 3.6: 128 ld.shared.u8 per slice at bn64/2 warps, the decode loop's
+    largest instruction share; results/h200/decode-vcvt)."""
+    def ptx(kv_upcast):
+        config = LaunchConfig(block_n=64, num_warps=2, num_stages=3, kv_upcast=kv_upcast, kv_tma=0)
+        return static.compile_asm(static.launches_for("sm90", "decode", "scalar", "fp8", 64, 4, config)[0])
+
+    converted = ptx(3)
+    assert "cvt.rn.f16x2.e4m3x2" in converted
+    assert not re.search(r"ld\.shared\.(u8|b8|s8)", converted)

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The kv_tma knob's re-tune and its before/after on the H200 (issues 12 and 13), by stage, one device
-# call each (carry [".whl", ".before"]; .before = this tree before the re-tune:
+# The decode re-tune for kv_upcast 3 and the kv_tma knob, and its before/after on the H200 (issues 12
+# and 13), by stage, one device call each (carry [".whl", ".before"]; .before = the previous main:
 #   rm -rf .before && mkdir .before && git archive HEAD | tar -x -C .before --exclude=tune_studies --exclude=results):
-#   bash scripts/h200_kvtma.sh decode    # ~350 s: 81 decode buckets x their candidates with kv_tma 0 added
-#                                        #   and 4 one-warp configs (scripts/h200_decode_candidates_v3.json, 10-18 a table)
-#   bash scripts/h200_kvtma.sh grid      # ~300 s: the decode grid, .before and this tree in one call
-#   bash scripts/h200_kvtma.sh pertoken  # ~400 s: the per-token sub-entries again with kv_tma 0 candidates
+#   bash scripts/h200_vcvt.sh decode     # ~350 s: 81 decode buckets x their candidates, kv_tma 0 and 1,
+#                                        #   kv_upcast 3 for 2 (scripts/h200_decode_candidates_v4.json, 10-18 a table)
+#   bash scripts/h200_vcvt.sh grid       # ~300 s: the decode grid, .before and this tree in one call
+#   bash scripts/h200_vcvt.sh pertoken   # ~400 s: the per-token sub-entries again with kv_tma 0 candidates
 #                                        #   (scripts/h200_prefill_candidates_v2.json), the 21 missing ones too
 # Each stage copies the tuned file and the gzipped study database to $OUT.
 set -uo pipefail
@@ -24,7 +24,7 @@ tune() {  # kernel, candidates file, trials, seconds, extra args...
   gzip -c tune_studies/sm90__NVIDIA_H200.db > "$OUT/sm90__NVIDIA_H200.db.gz"
 }
 case $STAGE in
-  decode) tune decode scripts/h200_decode_candidates_v3.json 19 330 ;;
+  decode) tune decode scripts/h200_decode_candidates_v4.json 19 330 ;;
   pertoken) tune prefill scripts/h200_prefill_candidates_v2.json 25 400 --prefill-paths per_token ;;
   grid)
     for side in before after; do
