@@ -1,11 +1,13 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_none (arch=gfx942, kernel=decode_merge, scale_mode=none)
-# inputs-sha256: 7755948b515ae6d55cc8ee3bce75db0839a861263f684499e65f8d06612a7dfd
+# inputs-sha256: 582288aef3e2d7edc06422be568dd9ca66a008b10ed812b3bdaaf96458a19aae
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
 group's query heads by their base-2 log-sum-exp. Rows whose splits saw no key come out as zeros.
+The partials are read as the split kernel's launch allocated them (fp16 or fp32, its
+partial_dtype) and merged in fp32.
 """
 import torch
 import triton
@@ -50,7 +52,7 @@ def _msa_decode_merge_kernel(
         mg_w = tl.exp2(tl.load(part_lse_ptr + row[:, None] + offs_c[None, :], mask=mg_ok,
                                other=float("-inf")) - mg_shift[:, None])
         mg_o = tl.load(part_o_ptr + (row[:, None, None] + offs_c[None, :, None]) * HEAD_DIM + offs_d[None, None, :],
-                       mask=mg_ok[:, :, None], other=0.0)
+                       mask=mg_ok[:, :, None], other=0.0).to(tl.float32)  # fp16 or fp32 partials
         mg_acc += tl.sum(mg_w[:, :, None] * mg_o, axis=1)
     o = mg_acc / tl.where(mg_den > 0.0, mg_den, 1.0)[:, None]
     tl.store(
@@ -89,4 +91,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '7755948b515ae6d55cc8ee3bce75db0839a861263f684499e65f8d06612a7dfd'
+INPUTS_SHA256 = '582288aef3e2d7edc06422be568dd9ca66a008b10ed812b3bdaaf96458a19aae'

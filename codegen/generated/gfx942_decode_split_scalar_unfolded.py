@@ -1,12 +1,13 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 8c804003b1d6f0b34b8961aa7fb76c122ef8cf46b12d968552ac2e6505231f18
+# inputs-sha256: e6d280a4fab965c41629ab3e2b1b4214c50004336a93d435c1af73e5cc17b857
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
 program writes the final output itself (one launch); with more it writes each split's normalized
-partial and its base-2 log-sum-exp, which the merge kernel reduces (a second launch) or, with
+partial (fp16 where partial_dtype allows it: fp8 cache, folded scalar scales, 16-bit output; else
+fp32) and its base-2 log-sum-exp, which the merge kernel reduces (a second launch) or, with
 FUSED_MERGE, the last split program of the (token, KV head) to finish: it counts arrivals on an
 int32 counter and resets it after merging, so the counters are zero again for the next call.
 Grid and buffers depend only on shapes and the config, so the launch can be captured in a CUDA graph.
@@ -141,9 +142,11 @@ def _msa_decode_split_kernel(
     else:
         l_safe = tl.where(l_i > 0.0, l_i, 1.0)
         o = acc / l_safe[:, None]
-        # Partials are [total_q, Hq, NUM_SPLITS, HEAD_DIM] fp32 and lse [total_q, Hq, NUM_SPLITS].
+        # Partials are [total_q, Hq, NUM_SPLITS, HEAD_DIM] of partial_dtype (fp16 or fp32: the
+        # buffer's own type) and lse [total_q, Hq, NUM_SPLITS] fp32.
         row = (t * (tl.num_programs(1) * GQA) + heads) * NUM_SPLITS + split
-        tl.store(part_o_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_ok[:, None])
+        tl.store(part_o_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], o.to(part_o_ptr.dtype.element_ty),
+                 mask=row_ok[:, None])
         lse = tl.where(l_i > 0.0, m_i + tl.log2(l_safe), float("-inf"))
         tl.store(part_lse_ptr + row, lse, mask=row_ok)
         if FUSED_MERGE:
@@ -172,7 +175,7 @@ def _msa_decode_split_kernel(
                     mg_w = tl.exp2(tl.load(part_lse_ptr + row[:, None] + offs_c[None, :], mask=mg_ok,
                                            other=float("-inf"), cache_modifier=".cg") - mg_shift[:, None])
                     mg_o = tl.load(part_o_ptr + (row[:, None, None] + offs_c[None, :, None]) * HEAD_DIM + offs_d[None, None, :],
-                                   mask=mg_ok[:, :, None], other=0.0, cache_modifier=".cg")
+                                   mask=mg_ok[:, :, None], other=0.0, cache_modifier=".cg").to(tl.float32)  # fp16 or fp32 partials
                     mg_acc += tl.sum(mg_w[:, :, None] * mg_o, axis=1)
                 o = mg_acc / tl.where(mg_den > 0.0, mg_den, 1.0)[:, None]
                 tl.store(
@@ -199,6 +202,16 @@ def kv_descriptor(kv_cache, head_dim, block_n):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     return TensorDescriptor(kv_cache, list(kv_cache.shape), list(kv_cache.stride()), [1, 1, block_n, head_dim])
+
+
+def partial_dtype(kv_dtype, out_dtype):
+    """Element type of the split-K partial outputs for a cache of `kv_dtype` and an output of
+    `out_dtype` (the log-sum-exps are always fp32).
+
+    Always fp32 in this variant: the unfolded baseline scales V inside the loop, so a partial is a
+    combination of scaled V values, which can exceed fp16's range.
+    """
+    return torch.float32
 
 
 def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=False, use_pdl=False, kv_tma=False,
@@ -237,7 +250,8 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     if num_splits == 1:
         part_o = part_lse = output  # never written: the kernel's one-split branch stores the output
     else:
-        part_o = torch.empty((total_q, num_q_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
+        part_o = torch.empty((total_q, num_q_heads, num_splits, head_dim),
+                             dtype=partial_dtype(kv_cache.dtype, output.dtype), device=q.device)
         part_lse = torch.empty((total_q, num_q_heads, num_splits), dtype=torch.float32, device=q.device)
     fused = num_splits > 1 and bool(config.fused_merge)
     if fused and (counters is None or counters.numel() < total_q * num_kv_heads):
@@ -259,4 +273,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '8c804003b1d6f0b34b8961aa7fb76c122ef8cf46b12d968552ac2e6505231f18'
+INPUTS_SHA256 = 'e6d280a4fab965c41629ab3e2b1b4214c50004336a93d435c1af73e5cc17b857'

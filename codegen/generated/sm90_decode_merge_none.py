@@ -1,11 +1,13 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_none (arch=sm90, kernel=decode_merge, scale_mode=none)
-# inputs-sha256: 97cdd996af1dbff3b94a7c2050e64c2103af1d9552a703b2184028991ee654c8
+# inputs-sha256: 718a0394fee51be6869a59c88ecae0208bfdab14ac680d124077c2c068a53e15
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
 group's query heads by their base-2 log-sum-exp. Rows whose splits saw no key come out as zeros.
+The partials are read as the split kernel's launch allocated them (fp16 or fp32, its
+partial_dtype) and merged in fp32.
 """
 import torch
 import triton
@@ -52,7 +54,7 @@ def _msa_decode_merge_kernel(
         mg_w = tl.exp2(tl.load(part_lse_ptr + row[:, None] + offs_c[None, :], mask=mg_ok,
                                other=float("-inf")) - mg_shift[:, None])
         mg_o = tl.load(part_o_ptr + (row[:, None, None] + offs_c[None, :, None]) * HEAD_DIM + offs_d[None, None, :],
-                       mask=mg_ok[:, :, None], other=0.0)
+                       mask=mg_ok[:, :, None], other=0.0).to(tl.float32)  # fp16 or fp32 partials
         mg_acc += tl.sum(mg_w[:, :, None] * mg_o, axis=1)
     o = mg_acc / tl.where(mg_den > 0.0, mg_den, 1.0)[:, None]
     tl.store(
@@ -91,4 +93,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '97cdd996af1dbff3b94a7c2050e64c2103af1d9552a703b2184028991ee654c8'
+INPUTS_SHA256 = '718a0394fee51be6869a59c88ecae0208bfdab14ac680d124077c2c068a53e15'

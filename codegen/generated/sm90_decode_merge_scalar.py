@@ -1,11 +1,13 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_scalar (arch=sm90, kernel=decode_merge, scale_mode=scalar)
-# inputs-sha256: 2bcc36a5338540b57317d490afa8ddcffe65be32f288e421d7f2915efdc0ec7a
+# inputs-sha256: 40222fd76b54817129dc5546683440161939066816e7ca218e41bbf4f2e4faa9
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
 group's query heads by their base-2 log-sum-exp. Rows whose splits saw no key come out as zeros.
+The partials are read as the split kernel's launch allocated them (fp16 or fp32, its
+partial_dtype) and merged in fp32.
 """
 import torch
 import triton
@@ -52,7 +54,7 @@ def _msa_decode_merge_kernel(
         mg_w = tl.exp2(tl.load(part_lse_ptr + row[:, None] + offs_c[None, :], mask=mg_ok,
                                other=float("-inf")) - mg_shift[:, None])
         mg_o = tl.load(part_o_ptr + (row[:, None, None] + offs_c[None, :, None]) * HEAD_DIM + offs_d[None, None, :],
-                       mask=mg_ok[:, :, None], other=0.0)
+                       mask=mg_ok[:, :, None], other=0.0).to(tl.float32)  # fp16 or fp32 partials
         mg_acc += tl.sum(mg_w[:, :, None] * mg_o, axis=1)
     o = mg_acc / tl.where(mg_den > 0.0, mg_den, 1.0)[:, None]
     o = o * tl.load(v_scale_ptr)  # folded V scale: once, on the merged result
@@ -92,4 +94,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '2bcc36a5338540b57317d490afa8ddcffe65be32f288e421d7f2915efdc0ec7a'
+INPUTS_SHA256 = '40222fd76b54817129dc5546683440161939066816e7ca218e41bbf4f2e4faa9'

@@ -1,12 +1,13 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: af9a9934585b76dc95d9b175bcd65e45e97607c8b15e2b492194de762aac72d8
+# inputs-sha256: 954442cb48537e6738385b4ec6ff1c8b1fe65bde96b152086271555c5ad89a10
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
 program writes the final output itself (one launch); with more it writes each split's normalized
-partial and its base-2 log-sum-exp, which the merge kernel reduces (a second launch) or, with
+partial (fp16 where partial_dtype allows it: fp8 cache, folded scalar scales, 16-bit output; else
+fp32) and its base-2 log-sum-exp, which the merge kernel reduces (a second launch) or, with
 FUSED_MERGE, the last split program of the (token, KV head) to finish: it counts arrivals on an
 int32 counter and resets it after merging, so the counters are zero again for the next call.
 Grid and buffers depend only on shapes and the config, so the launch can be captured in a CUDA graph.
@@ -174,9 +175,11 @@ def _msa_decode_split_kernel(
     else:
         l_safe = tl.where(l_i > 0.0, l_i, 1.0)
         o = acc / l_safe[:, None]
-        # Partials are [total_q, Hq, NUM_SPLITS, HEAD_DIM] fp32 and lse [total_q, Hq, NUM_SPLITS].
+        # Partials are [total_q, Hq, NUM_SPLITS, HEAD_DIM] of partial_dtype (fp16 or fp32: the
+        # buffer's own type) and lse [total_q, Hq, NUM_SPLITS] fp32.
         row = (t * (tl.num_programs(1) * GQA) + heads) * NUM_SPLITS + split
-        tl.store(part_o_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_ok[:, None])
+        tl.store(part_o_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], o.to(part_o_ptr.dtype.element_ty),
+                 mask=row_ok[:, None])
         lse = tl.where(l_i > 0.0, m_i + tl.log2(l_safe), float("-inf"))
         tl.store(part_lse_ptr + row, lse, mask=row_ok)
         if FUSED_MERGE:
@@ -205,7 +208,7 @@ def _msa_decode_split_kernel(
                     mg_w = tl.exp2(tl.load(part_lse_ptr + row[:, None] + offs_c[None, :], mask=mg_ok,
                                            other=float("-inf"), cache_modifier=".cg") - mg_shift[:, None])
                     mg_o = tl.load(part_o_ptr + (row[:, None, None] + offs_c[None, :, None]) * HEAD_DIM + offs_d[None, None, :],
-                                   mask=mg_ok[:, :, None], other=0.0, cache_modifier=".cg")
+                                   mask=mg_ok[:, :, None], other=0.0, cache_modifier=".cg").to(tl.float32)  # fp16 or fp32 partials
                     mg_acc += tl.sum(mg_w[:, :, None] * mg_o, axis=1)
                 o = mg_acc / tl.where(mg_den > 0.0, mg_den, 1.0)[:, None]
                 tl.store(
@@ -253,6 +256,16 @@ def kv_descriptor(kv_cache, head_dim, block_n):
     return TensorDescriptor(kv_cache, list(kv_cache.shape), list(kv_cache.stride()), [1, 1, block_n, head_dim])
 
 
+def partial_dtype(kv_dtype, out_dtype):
+    """Element type of the split-K partial outputs for a cache of `kv_dtype` and an output of
+    `out_dtype` (the log-sum-exps are always fp32).
+
+    Always fp32 in this variant: per-token V scales are applied inside the loop, so a partial is a
+    combination of scaled V values, which can exceed fp16's range.
+    """
+    return torch.float32
+
+
 def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=False, use_pdl=False, kv_tma=False,
                **_):
     """The kernel's compile-time parameters for a shape and config (shared with the static checks)."""
@@ -289,7 +302,8 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     if num_splits == 1:
         part_o = part_lse = output  # never written: the kernel's one-split branch stores the output
     else:
-        part_o = torch.empty((total_q, num_q_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
+        part_o = torch.empty((total_q, num_q_heads, num_splits, head_dim),
+                             dtype=partial_dtype(kv_cache.dtype, output.dtype), device=q.device)
         part_lse = torch.empty((total_q, num_q_heads, num_splits), dtype=torch.float32, device=q.device)
     fused = num_splits > 1 and bool(config.fused_merge)
     if fused and (counters is None or counters.numel() < total_q * num_kv_heads):
@@ -312,4 +326,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'af9a9934585b76dc95d9b175bcd65e45e97607c8b15e2b492194de762aac72d8'
+INPUTS_SHA256 = '954442cb48537e6738385b4ec6ff1c8b1fe65bde96b152086271555c5ad89a10'

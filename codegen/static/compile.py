@@ -20,6 +20,7 @@ import torch
 import triton
 
 from ..configs import validate_config
+from ..modules import load_module
 from ..shapes import torch_dtype
 from ..variants import PAGE_SIZE, get_arch
 from .launch import FIGURES_VERSION, Q_DTYPES, StaticLaunch, _backend_classes, target_of, validate_options
@@ -68,7 +69,10 @@ def _pointer_dtype(launch: StaticLaunch, arg: str) -> torch.dtype:
         return Q_DTYPES[launch.q_dtype]  # one split: the launcher passes the (never written) output tensor
     if arg == "kv_ptr":
         return torch_dtype(launch.arch, launch.kv_dtype)
-    if arg in ("k_scale_ptr", "v_scale_ptr", "part_o_ptr", "part_lse_ptr"):
+    if arg == "part_o_ptr":  # what the split kernel's launch allocates (fp16 or fp32), read by either merge
+        split = load_module(launch.arch, "decode_split", launch.scale_mode, launch.fold_scales)
+        return split.partial_dtype(torch_dtype(launch.arch, launch.kv_dtype), Q_DTYPES[launch.q_dtype])
+    if arg in ("k_scale_ptr", "v_scale_ptr", "part_lse_ptr"):
         return torch.float32
     return torch.int32
 
