@@ -4,7 +4,7 @@
 #   rm -rf .before && mkdir .before && git archive HEAD | tar -x -C .before --exclude=tune_studies --exclude=results):
 #   bash scripts/h200_vcvt.sh decode     # ~350 s: 81 decode buckets x their candidates, kv_tma 0 and 1,
 #                                        #   kv_upcast 3 for 2 (scripts/h200_decode_candidates_v4.json, 10-18 a table)
-#   bash scripts/h200_vcvt.sh grid       # ~300 s: the decode grid, .before and this tree in one call
+#   bash scripts/h200_decode_run.sh 0 75 # ~450 s: the full decode grid, .before and this tree, mode by mode
 #   bash scripts/h200_vcvt.sh pertoken   # ~400 s: the per-token sub-entries again with kv_tma 0 candidates
 #                                        #   (scripts/h200_prefill_candidates_v2.json), the 21 missing ones too
 # Each stage copies the tuned file and the gzipped study database to $OUT.
@@ -25,14 +25,6 @@ tune() {  # kernel, candidates file, trials, seconds, extra args...
 }
 case $STAGE in
   decode) tune decode scripts/h200_decode_candidates_v4.json 19 330 ;;
-  pertoken) tune prefill scripts/h200_prefill_candidates_v2.json 25 400 --prefill-paths per_token ;;
-  grid)
-    for side in before after; do
-      tree=$([ $side = before ] && echo .before || echo .)
-      (cd "$tree" && timeout -k 10 140 python3 benchmarks/bench.py --filter decode --exclude tp8 q4 --configs runtime \
-         --out "$OUT/grid_$side" > "$OUT/grid_$side.log" 2>&1); echo "grid $side rc=$?"
-    done
-    python3 benchmarks/before_after.py --before "$OUT/grid_before/bench.json" --after "$OUT/grid_after/bench.json" \
-      > "$OUT/grid.md" 2>&1; tail -30 "$OUT/grid.md" ;;
-  *) echo "stage: expected decode, grid or pertoken, got $STAGE" >&2; exit 2 ;;
+  pertoken) tune prefill scripts/h200_prefill_candidates_v2.json 25 "${PERTOKEN_S:-400}" --prefill-paths per_token ;;
+  *) echo "stage: expected decode or pertoken, got $STAGE" >&2; exit 2 ;;
 esac
