@@ -33,8 +33,8 @@ class LaunchConfig:
         1 = through fp32 (a different instruction sequence, sometimes faster), 2 = Q, K, P and V
         enter the MMAs as fp16 (e4m3 -> fp16 is one instruction and exact; Q and P keep 3 more
         mantissa bits than bf16; the kernel keeps Q and P inside fp16's range by itself).
-        3 = as 2, with V converted to fp16 in its load layout before the MMA's transpose (decode on
-        sm90): as fp8 the transpose reads shared memory a byte at a time (results/h200/decode-vcvt).
+        3 = as 2, with V converted to fp16 in its load layout before the MMA's transpose (sm90): as
+        fp8 the transpose reads shared memory a byte at a time (results/h200/decode-vcvt).
     kv_tma: 1 = K/V slices are read through TMA descriptors where the arch has them (sm90) and the
         cache allows (16-byte aligned), else plain loads; 0 = always plain loads. A TMA box holds a
         whole slice in shared memory: fewer registers for the pointers, more shared memory, so which
@@ -122,9 +122,9 @@ def validate_config(config: LaunchConfig, *, arch: str, kernel: str, topk: int |
     if config.kv_upcast not in KV_UPCAST_MODES:
         raise ValueError(f"config.kv_upcast: expected one of {sorted(KV_UPCAST_MODES)} "
                          f"({', '.join(f'{k} = {v}' for k, v in KV_UPCAST_MODES.items())}), got {config.kv_upcast}")
-    if config.kv_upcast == 3 and not (kernel == "decode" and spec.fp8_cvt_asm):
-        raise ValueError(f"config.kv_upcast: 3 ({KV_UPCAST_MODES[3]}) exists for decode on archs with PTX's "
-                         f"e4m3 conversion (sm90); got kernel {kernel!r} on {arch}")
+    if config.kv_upcast == 3 and not spec.fp8_cvt_asm:
+        raise ValueError(f"config.kv_upcast: 3 ({KV_UPCAST_MODES[3]}) exists on archs with PTX's e4m3 "
+                         f"conversion (sm90), not on {arch}")
     if config.kv_tma not in (0, 1):
         raise ValueError(f"config.kv_tma: expected 0 (plain loads) or 1 (TMA where available), got {config.kv_tma}")
     if not 1 <= config.num_stages <= 8:

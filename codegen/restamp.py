@@ -10,7 +10,13 @@ re-tune would measure the same binaries again. `restamp` proves it instead, per 
      (so the launches not compiled below specialize the same too);
   3. for every config of the table (tiled and per-token entries), the launch's compile-time
      parameters and launch options are equal and the PTX / AMDGCN compiled now from both trees is
-     identical, with the Triton of this process (run it with the Triton the GPU uses).
+     identical but for debug information (code_of), with the Triton of this process (run it with the
+     Triton the GPU uses).
+When a @triton.jit source did change (e.g. a branch under a new compile-time parameter that no
+config of the table sets), 2 cannot vouch for the launches 3 does not compile, so every one of
+them is compiled from both trees instead: varlen or not (decode), and the plain-load fallback of a
+TMA config. Parameters only one side takes are left out of the comparison; those both take must
+agree; the compiled text must be identical.
 Only then its hash moves to the current one, and its provenance appends to `restamped` (from which
 ref and hash, how many kernels compared), so the hash it was tuned under stays on record. The
 Python launch code is not compared: a change there is the interpreter tests' to check (e.g. that a
@@ -25,6 +31,7 @@ import hashlib
 import importlib.util
 import inspect
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -132,8 +139,6 @@ def _configs(table: dict) -> list[LaunchConfig]:
 
 
 def check_table(key: str, table: dict, arch: str, before: str, tmp: pathlib.Path) -> Verdict:
-    from .static.launch import launches_for
-
     kernel, scale_mode, kv_dtype, hq, hkv = tuned_store.parse_table_key(key)
     now = current_inputs_sha256(arch, kernel, scale_mode)
     recorded = table["provenance"]["inputs_sha256"]
@@ -144,20 +149,56 @@ def check_table(key: str, table: dict, arch: str, before: str, tmp: pathlib.Path
     then = "+".join(old[part].INPUTS_SHA256[:16] for part in _PARTS[kernel])
     if recorded != then:
         return Verdict(key, False, f"stale at {before} too (tuned for {recorded}); re-tune it")
-    for part, v in variants.items():
-        if jit_sources(old[part]) != jit_sources(load_module(arch, part, scale_mode)):
-            return Verdict(key, False, f"{v.name}: a @triton.jit function changed since {before}; re-tune it")
+    changed = [v.name for part, v in variants.items()
+               if jit_sources(old[part]) != jit_sources(load_module(arch, part, scale_mode))]
     compared = 0
     for config in _configs(table):
-        for launch in launches_for(arch, kernel, scale_mode, kv_dtype, hq, hkv, config):
-            if not _specializations_equal(launch, old[launch.kernel], launch.module()):
+        for launch in _launches(arch, kernel, scale_mode, kv_dtype, hq, hkv, config, every_specialization=bool(changed)):
+            if not changed and not _specializations_equal(launch, old[launch.kernel], launch.module()):
                 return Verdict(key, False, f"{launch.kernel} {config.non_default()}: specialized differently "
                                            f"from {before} (varlen or TMA launches); re-tune it", compared)
-            if _compiled(launch, old[launch.kernel]) != _compiled(launch, launch.module()):
+            if not _same_compile(_compiled(launch, old[launch.kernel]), _compiled(launch, launch.module()),
+                                 allow_new_parameters=bool(changed)):
+                what = f"; its @triton.jit source changed ({', '.join(changed)})" if changed else ""
                 return Verdict(key, False, f"{launch.kernel} {config.non_default()}: compiles differently "
-                                           f"from {before}; re-tune it", compared)
+                                           f"from {before}{what}; re-tune it", compared)
             compared += 1
-    return Verdict(key, True, f"{compared} kernels identical to {before}'s", compared)
+    how = f", every specialization compiled ({', '.join(changed)} changed)" if changed else ""
+    return Verdict(key, True, f"{compared} kernels identical to {before}'s{how}", compared)
+
+
+def _launches(arch, kernel, scale_mode, kv_dtype, hq, hkv, config, *, every_specialization: bool):
+    """The launches a config's table entry makes the runtime compile; with every_specialization,
+    also its varlen rows (decode) and its plain-load fallback (a TMA config on a cache TMA cannot read)."""
+    from .static.launch import launches_for
+    from .variants import get_arch
+
+    configs = [config]
+    if every_specialization and config.kv_tma == 1 and get_arch(arch).kv_tma:
+        configs.append(dataclasses.replace(config, kv_tma=0))
+    varlens = (False, True) if every_specialization and kernel == "decode" else (False,)
+    return [launch for c in configs for varlen in varlens
+            for launch in launches_for(arch, kernel, scale_mode, kv_dtype, hq, hkv, c, varlen=varlen)]
+
+
+def code_of(text: str) -> list[str]:
+    """The instructions and directives of PTX / AMDGCN text without its debug information: source
+    locations (`.loc`, `.file`, comments) and the debug sections name the file and line a kernel came
+    from, which move when a source changes where no instruction does."""
+    text = re.split(r"^\s*\.section\s+\.?debug", text, maxsplit=1, flags=re.M)[0]
+    lines = (line.split("//")[0].rstrip() for line in text.splitlines())
+    return [line for line in lines if line.strip() and not re.match(r"\s*\.(loc|file)\b", line)]
+
+
+def _same_compile(old, new, *, allow_new_parameters: bool) -> bool:
+    """(constexprs, options, text) of two compiles: equal, the text without its debug information;
+    with allow_new_parameters, constexprs only one kernel takes are left out (the identical code shows
+    they change nothing)."""
+    (old_c, old_o, old_t), (new_c, new_o, new_t) = old, new
+    if allow_new_parameters:
+        common = old_c.keys() & new_c.keys()
+        old_c, new_c = {k: old_c[k] for k in common}, {k: new_c[k] for k in common}
+    return (old_c, old_o, code_of(old_t)) == (new_c, new_o, code_of(new_t))
 
 
 def restamp(path: pathlib.Path, before: str, *, dry_run: bool = False) -> list[Verdict]:

@@ -34,5 +34,7 @@ DEFAULT_LAYOUTS = ("tp1", "tp4", "tp8")
 SERVING_LAYOUTS = {name: HEAD_LAYOUTS[name] for name in DEFAULT_LAYOUTS}
 # (scale mode, KV dtype) pairs a serving deployment runs: fp8 caches with either scale mode, bf16 without.
 DEFAULT_MODES = (("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16"))
-DECODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # requests x query length 1
+# Decode query tokens in a batch (requests x query length): 512 is 128 requests of 4 tokens (speculative
+# decoding), which took a 256-token config tuned for single tokens, 1.2-1.3x slower (results/h200/decode-retune-vcvt).
+DECODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 PREFILL_BUCKETS = (512, 1024, 2048, 4096, 8192, 16384, 32768)  # tokens in one chunk

@@ -27,7 +27,7 @@ class ArchSpec:
     use_pdl: bool  # programmatic dependent launch (Hopper): the merge kernel's prologue overlaps
     amd_knobs: bool  # waves_per_eu / matrix_instr_nonkdim / kpack are launch options
     kv_tma: bool  # the decode kernel reads K/V pages through TMA descriptors (Hopper's copy engine)
-    # PTX converts e4m3 to fp16 two values an instruction (cvt.rn.f16x2.e4m3x2): decode's kv_upcast 3.
+    # PTX converts e4m3 to fp16 two values an instruction (cvt.rn.f16x2.e4m3x2): kv_upcast 3.
     fp8_cvt_asm: bool
     shared_mem_bytes: int  # per block (sm90) or workgroup LDS (gfx942): limit for configs
 

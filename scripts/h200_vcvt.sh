@@ -5,8 +5,9 @@
 #   bash scripts/h200_vcvt.sh decode     # ~350 s: 81 decode buckets x their candidates, kv_tma 0 and 1,
 #                                        #   kv_upcast 3 for 2 (scripts/h200_decode_candidates_v4.json, 10-18 a table)
 #   bash scripts/h200_decode_run.sh 0 75 # ~450 s: the full decode grid, .before and this tree, mode by mode
-#   bash scripts/h200_vcvt.sh pertoken   # ~400 s: the per-token sub-entries again with kv_tma 0 candidates
-#                                        #   (scripts/h200_prefill_candidates_v2.json), the 21 missing ones too
+#   bash scripts/h200_vcvt.sh decode512  # ~100 s: the 512-token decode bucket (128 requests of 4 tokens)
+#   bash scripts/h200_vcvt.sh pertoken   # ~400 s: the per-token sub-entries again, kv_tma 0 and 1, kv_upcast 3
+#                                        #   for 2 (scripts/h200_pertoken_candidates_v3.json), the 21 missing ones too
 # Each stage copies the tuned file and the gzipped study database to $OUT.
 set -uo pipefail
 STAGE=$1
@@ -25,6 +26,7 @@ tune() {  # kernel, candidates file, trials, seconds, extra args...
 }
 case $STAGE in
   decode) tune decode scripts/h200_decode_candidates_v4.json 19 330 ;;
-  pertoken) tune prefill scripts/h200_prefill_candidates_v2.json 25 "${PERTOKEN_S:-400}" --prefill-paths per_token ;;
-  *) echo "stage: expected decode or pertoken, got $STAGE" >&2; exit 2 ;;
+  pertoken) tune prefill scripts/h200_pertoken_candidates_v3.json 25 "${PERTOKEN_S:-400}" --prefill-paths per_token ;;
+  decode512) tune decode scripts/h200_decode_candidates_v4.json 19 "${DECODE512_S:-150}" --decode-buckets 512 ;;
+  *) echo "stage: expected decode, decode512 or pertoken, got $STAGE" >&2; exit 2 ;;
 esac

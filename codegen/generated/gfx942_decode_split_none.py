@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_none (arch=gfx942, kernel=decode_split, scale_mode=none)
-# inputs-sha256: d4c195a2a44d3387edae080fb0c73aabe8332b682fd22baa1cd4f2999d045109
+# inputs-sha256: 3f4cece9014359b6f08e1e14c3daf5da2b0e61692ced950c52fa23270f327134
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -266,4 +266,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'd4c195a2a44d3387edae080fb0c73aabe8332b682fd22baa1cd4f2999d045109'
+INPUTS_SHA256 = '3f4cece9014359b6f08e1e14c3daf5da2b0e61692ced950c52fa23270f327134'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_per_token_head (arch=gfx942, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 359a73251d85e894f5da859d86dd0dc4f859e8c6660f436aca55f6bf2906824f
+# inputs-sha256: 490abcbfef67adeaae45ead51614397c1edb230465e2237799c61bccfe17cfb6
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -287,4 +287,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '359a73251d85e894f5da859d86dd0dc4f859e8c6660f436aca55f6bf2906824f'
+INPUTS_SHA256 = '490abcbfef67adeaae45ead51614397c1edb230465e2237799c61bccfe17cfb6'

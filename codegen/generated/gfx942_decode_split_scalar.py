@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 5c5e584df7c98cb24edee186ad88fe1da085ec22c2e70add80a919d3a6bd0871
+# inputs-sha256: 35aa389b2ac640f8784a857c1cfa9cc29dc5575661b9af661501fba56476d452
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -275,4 +275,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '5c5e584df7c98cb24edee186ad88fe1da085ec22c2e70add80a919d3a6bd0871'
+INPUTS_SHA256 = '35aa389b2ac640f8784a857c1cfa9cc29dc5575661b9af661501fba56476d452'

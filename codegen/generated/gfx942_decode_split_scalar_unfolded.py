@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: e6d280a4fab965c41629ab3e2b1b4214c50004336a93d435c1af73e5cc17b857
+# inputs-sha256: 00cb7ae91b5a5a657969a3ba079163a1f70c9bdfb9d2f25c7766323f0d91d105
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -273,4 +273,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'e6d280a4fab965c41629ab3e2b1b4214c50004336a93d435c1af73e5cc17b857'
+INPUTS_SHA256 = '00cb7ae91b5a5a657969a3ba079163a1f70c9bdfb9d2f25c7766323f0d91d105'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: e228e8934fd00aedbb612611b7247bc61a5fdaaa784f0cccabfc9bad3af85e85
+# inputs-sha256: 63284832bcfe365fe3c458a9ded5e909891724ff1a3347c294e8acbc7bff2a7a
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -230,7 +230,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=Fals
     gqa_pad = triton.next_power_of_2(gqa)
     return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
-                KV_UPCAST=config.kv_upcast, KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
+                KV_UPCAST=config.kv_upcast,
+                KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
 
 
 def options(config):
@@ -259,4 +260,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'e228e8934fd00aedbb612611b7247bc61a5fdaaa784f0cccabfc9bad3af85e85'
+INPUTS_SHA256 = '63284832bcfe365fe3c458a9ded5e909891724ff1a3347c294e8acbc7bff2a7a'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 078177a6650475f97d410afa122808d3722dc131c39c9dd0746f0d6657f4fcca
+# inputs-sha256: 135217346dcb05afd3e23f2ad7492eb8eecac3daf558cc2c91fbd4cfd5352c89
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -264,7 +264,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=Fals
     gqa_pad = triton.next_power_of_2(gqa)
     return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
-                KV_UPCAST=config.kv_upcast, KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
+                KV_UPCAST=config.kv_upcast,
+                KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
 
 
 def options(config):
@@ -295,4 +296,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '078177a6650475f97d410afa122808d3722dc131c39c9dd0746f0d6657f4fcca'
+INPUTS_SHA256 = '135217346dcb05afd3e23f2ad7492eb8eecac3daf558cc2c91fbd4cfd5352c89'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 2d93a9e6d5f3d8f95d86f724618cc2f358a9d8decc51a3752b8787e7aa72c83b
+# inputs-sha256: 0b00f99bd351b21a8d6520792e6cb1a7e67b57f4c60586d86f96bb86ffa0917c
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -233,7 +233,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=Fals
     gqa_pad = triton.next_power_of_2(gqa)
     return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
-                KV_UPCAST=config.kv_upcast, KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
+                KV_UPCAST=config.kv_upcast,
+                KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
 
 
 def options(config):
@@ -263,4 +264,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '2d93a9e6d5f3d8f95d86f724618cc2f358a9d8decc51a3752b8787e7aa72c83b'
+INPUTS_SHA256 = '0b00f99bd351b21a8d6520792e6cb1a7e67b57f4c60586d86f96bb86ffa0917c'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 4a5de8e23f80f7caf34824e7696781922a42cbf6175acbe274232ecd000cd2f7
+# inputs-sha256: f35435acbe44c7ffff39e3a0d575f47dc43bcdba9d62622269c5d03e35a92341
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -238,7 +238,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=Fals
     gqa_pad = triton.next_power_of_2(gqa)
     return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
-                KV_UPCAST=config.kv_upcast, KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
+                KV_UPCAST=config.kv_upcast,
+                KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
 
 
 def options(config):
@@ -268,4 +269,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '4a5de8e23f80f7caf34824e7696781922a42cbf6175acbe274232ecd000cd2f7'
+INPUTS_SHA256 = 'f35435acbe44c7ffff39e3a0d575f47dc43bcdba9d62622269c5d03e35a92341'

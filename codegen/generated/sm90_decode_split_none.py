@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: 6e7f6540acca9bc3bb0bba1963451d9fc6552e6f2bc8be55d0471031ef8475af
+# inputs-sha256: c6fd14e3d78021c860600969e9c61567a0506739f7c4de548871d560ce765a6d
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -305,4 +305,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '6e7f6540acca9bc3bb0bba1963451d9fc6552e6f2bc8be55d0471031ef8475af'
+INPUTS_SHA256 = 'c6fd14e3d78021c860600969e9c61567a0506739f7c4de548871d560ce765a6d'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 954442cb48537e6738385b4ec6ff1c8b1fe65bde96b152086271555c5ad89a10
+# inputs-sha256: 2069e9613e9c9e7caf5a64f3d9e70aaa253484e0920ea95d36f3bebae92701cf
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -326,4 +326,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '954442cb48537e6738385b4ec6ff1c8b1fe65bde96b152086271555c5ad89a10'
+INPUTS_SHA256 = '2069e9613e9c9e7caf5a64f3d9e70aaa253484e0920ea95d36f3bebae92701cf'

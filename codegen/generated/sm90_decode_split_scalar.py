@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 560f55e1d04b12da0407dc6ecb2fdb5610d4ce2a4e743892d4c4a879e375839a
+# inputs-sha256: 7654e80ee05253a8333488883af6df86061eaa9734f6ab9e917c7abe1e68cb55
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -314,4 +314,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '560f55e1d04b12da0407dc6ecb2fdb5610d4ce2a4e743892d4c4a879e375839a'
+INPUTS_SHA256 = '7654e80ee05253a8333488883af6df86061eaa9734f6ab9e917c7abe1e68cb55'

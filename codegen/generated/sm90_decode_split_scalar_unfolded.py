@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar_unfolded (arch=sm90, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: d9fb06d68d48f091ed24d78349d7fd18c3595919c5d3fecefc714ad77d53b693
+# inputs-sha256: 00bc23b5a0dd890c2f37ac5faf7dc8f116432e6f05d81167bf4d5c91bca1c94d
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -312,4 +312,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'd9fb06d68d48f091ed24d78349d7fd18c3595919c5d3fecefc714ad77d53b693'
+INPUTS_SHA256 = '00bc23b5a0dd890c2f37ac5faf7dc8f116432e6f05d81167bf4d5c91bca1c94d'

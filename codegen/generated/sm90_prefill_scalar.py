@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 575f714a3353cf563959eaef83fc894058568c2b33fdf1e7fe72484c3076837c
+# inputs-sha256: 3207c188796db9cb172627e8979923b4562712fd2ca741606a72511569521201
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -11,6 +11,8 @@ is loaded once and scored against every row, rows whose token did not pick it (o
 key) masked out, so neighbouring tokens that share blocks share the loads and fill the MMA rows.
 Either way a token reads only the first min(topk, causal blocks) entries of its own top-k row.
 """
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -37,7 +39,7 @@ def _msa_prefill_kernel(
     # shapes and launch parameters
     GQA: tl.constexpr, GQA_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     TOPK_P2: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    KV_UPCAST: tl.constexpr, KV_TMA: tl.constexpr, PLAN: tl.constexpr,
+    KV_UPCAST: tl.constexpr, KV_TMA: tl.constexpr, PLAN: tl.constexpr, V_CVT_ASM: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     i0 = tl.program_id(0) * BLOCK_T  # first query of the tile inside its request
@@ -121,6 +123,8 @@ def _msa_prefill_kernel(
                     + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
             if KV_UPCAST == 1:
                 v = v.to(tl.float32)
+            if V_CVT_ASM:
+                v = _e4m3_to_fp16(v)  # converted where it was loaded, so the transpose moves fp16
             v = v.to(q.dtype)
             if KV_TMA:
                 # A TMA box also reads slots no row sees, which may hold anything, NaN included:
@@ -210,6 +214,8 @@ def _msa_prefill_kernel(
                         + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
                 if KV_UPCAST == 1:
                     v = v.to(tl.float32)
+                if V_CVT_ASM:
+                    v = _e4m3_to_fp16(v)  # converted where it was loaded, so the transpose moves fp16
                 v = v.to(q.dtype)
                 if KV_TMA:
                     # A TMA box also reads slots no row sees, which may hold anything, NaN included:
@@ -230,6 +236,23 @@ def _msa_prefill_kernel(
     )
 
 KERNEL = _msa_prefill_kernel
+
+
+# The interpreter runs no PTX: it takes the exact `.to()` conversion instead.
+_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+
+
+@triton.jit
+def _e4m3_to_fp16(x):
+    """fp8 e4m3 -> fp16 (exact), two values per cvt. Not `.to()`: Triton would move the PV MMA's
+    operand layout above a `.to()` and read the fp8 V tile from shared memory one byte at a time
+    (its transpose has no 8-bit ldmatrix). An asm block with side effects stays where it is: V is
+    converted in its load layout, and the transpose moves fp16 through ldmatrix."""
+    if _INTERPRETED:
+        return x.to(tl.float16)
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        constraints="=r,=r,r", args=[x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=False, pack=4)
 
 
 
@@ -255,7 +278,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=Fals
     gqa_pad = triton.next_power_of_2(gqa)
     return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
-                KV_UPCAST=config.kv_upcast, KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
+                KV_UPCAST=2 if config.kv_upcast == 3 else config.kv_upcast, V_CVT_ASM=config.kv_upcast == 3,
+                KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
 
 
 def options(config):
@@ -284,4 +308,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '575f714a3353cf563959eaef83fc894058568c2b33fdf1e7fe72484c3076837c'
+INPUTS_SHA256 = '3207c188796db9cb172627e8979923b4562712fd2ca741606a72511569521201'

@@ -42,7 +42,7 @@ def _design_launches() -> list[StaticLaunch]:
     for arch in ARCHS:
         for scale_mode in ("scalar", "per_token_head"):
             base = default_config(arch, "prefill", num_tokens=1, num_kv_heads=1)
-            for upcast in (1, 2):
+            for upcast in (1, 2, 3) if ARCHS[arch].fp8_cvt_asm else (1, 2):
                 launches += launches_for(arch, "prefill", scale_mode, "fp8", 16, 1,
                                          dataclasses.replace(base, kv_upcast=upcast), source="design")
             base = dataclasses.replace(default_config(arch, "decode", num_tokens=1, num_kv_heads=1), num_splits=4,

@@ -32,7 +32,7 @@ def choices(arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16", path
         space["num_splits"] = tuple(s for s in space["num_splits"] if s <= topk)
     if kv_dtype == "fp8":
         space.update(_FP8)
-        if kernel == "decode" and get_arch(arch).fp8_cvt_asm:
+        if get_arch(arch).fp8_cvt_asm:
             space["kv_upcast"] += (3,)
     if get_arch(arch).amd_knobs:
         space.update(_AMD)

@@ -174,23 +174,29 @@ def test_kv_upcast(arch, mode, kv_dtype, kernel, kv_upcast):
 
 
 @pytest.mark.parametrize("mode,kv_dtype", FP8_MODES)
-@pytest.mark.parametrize("num_splits,fused_merge", [(1, 0), (2, 1)])
-def test_decode_v_converted_before_its_transpose(mode, kv_dtype, num_splits, fused_merge):
-    """kv_upcast 3 (sm90 decode): fp16 MMAs as 2, V through _e4m3_to_fp16, which the interpreter
-    runs as `.to()` (the PTX path is checked by tests/static and on the GPU)."""
-    case = cases.decode_case(arch="sm90", kv_dtype=kv_dtype, scale_mode=mode, seed=43 + num_splits,
-                             **DECODE_SHAPES["uniform_spec_q4"], **SMALL)
-    _check(case, "sm90", _config("sm90", block_n=32, num_splits=num_splits, fused_merge=fused_merge, kv_upcast=3))
+@pytest.mark.parametrize("kernel,variant", [("decode", dict(num_splits=1)), ("decode", dict(num_splits=2, fused_merge=1)),
+                                            ("prefill", dict(block_t=1)), ("prefill", dict(block_t=2))],
+                         ids=["decode", "decode_fused", "prefill_per_token", "prefill_tiles"])
+def test_v_converted_before_its_transpose(mode, kv_dtype, kernel, variant):
+    """kv_upcast 3 (sm90): fp16 MMAs as 2, V through _e4m3_to_fp16, which the interpreter runs as
+    `.to()` (the PTX path is checked by tests/static and on the GPU)."""
+    if kernel == "prefill":
+        case = cases.prefill_case(arch="sm90", kv_dtype=kv_dtype, scale_mode=mode, seed=47,
+                                  **PREFILL_SHAPES["correlated"], **SMALL)
+    else:
+        case = cases.decode_case(arch="sm90", kv_dtype=kv_dtype, scale_mode=mode, seed=43,
+                                 **DECODE_SHAPES["uniform_spec_q4"], **SMALL)
+    _check(case, "sm90", _config("sm90", block_n=32, kv_upcast=3, **variant))
 
 
-@pytest.mark.parametrize("kernel,arch", [("prefill", "sm90"), ("decode", "gfx942")])
-def test_kv_upcast_3_only_where_it_exists(kernel, arch):
-    """V's PTX conversion exists for sm90 decode: elsewhere kv_upcast 3 is refused by name."""
+@pytest.mark.parametrize("kernel", ["prefill", "decode"])
+def test_kv_upcast_3_only_where_it_exists(kernel):
+    """V's PTX conversion exists on sm90: on gfx942 kv_upcast 3 is refused by name."""
     make = cases.prefill_case if kernel == "prefill" else cases.decode_case
     shape = PREFILL_SHAPES["cross_page"] if kernel == "prefill" else DECODE_SHAPES["uniform_q1"]
-    case = make(arch=arch, kv_dtype="fp8", scale_mode="scalar", seed=6, **shape, **SMALL)
+    case = make(arch="gfx942", kv_dtype="fp8", scale_mode="scalar", seed=6, **shape, **SMALL)
     with pytest.raises(ValueError, match="config.kv_upcast: 3"):
-        cases.run_kernel(case, arch=arch, config=_config(arch, kv_upcast=3))
+        cases.run_kernel(case, arch="gfx942", config=_config("gfx942", kv_upcast=3))
 
 
 @pytest.mark.parametrize("kernel", ["prefill", "decode"])

@@ -59,13 +59,23 @@ def test_a_launch_only_change_is_carried(tmp_path):
 
 
 def test_a_changed_kernel_is_left_stale(tmp_path):
-    # Any change inside a @triton.jit function (here a comment) refuses: its binaries may differ.
+    # A change inside a @triton.jit function that changes the code (the score scale's constant): refused.
+    tree = _old_tree(tmp_path, lambda t: t.replace("sm_scale * 1.4426950408889634", "sm_scale * 1.44", 1))
+    path = _tuned_file(tmp_path, _fake_then())
+    [verdict] = restamp.restamp(path, str(tree))
+    assert not verdict.restamped and "its @triton.jit source changed" in verdict.reason, verdict
+    assert tuned_store.read_document(path)["tables"][KEY]["provenance"]["inputs_sha256"] == _fake_then()
+
+
+def test_a_kernel_change_no_config_reaches_is_carried_after_every_specialization(tmp_path):
+    # A @triton.jit source changed (a comment) but compiles the same: every specialization is compiled
+    # from both trees (uniform and varlen rows, TMA and its plain-load fallback), and the table moves.
     tree = _old_tree(tmp_path, lambda t: t.replace("    split = tl.program_id(2)\n",
                                                   "    split = tl.program_id(2)  # old\n", 1))
     path = _tuned_file(tmp_path, _fake_then())
     [verdict] = restamp.restamp(path, str(tree))
-    assert not verdict.restamped and "a @triton.jit function changed" in verdict.reason, verdict
-    assert tuned_store.read_document(path)["tables"][KEY]["provenance"]["inputs_sha256"] == _fake_then()
+    assert verdict.restamped and "every specialization compiled" in verdict.reason, verdict
+    assert verdict.kernels_compared == 4, verdict  # {TMA, plain} x {uniform, varlen}, one split kernel each
 
 
 def test_a_table_stale_before_is_left_and_bad_refs_are_refused(tmp_path):

@@ -323,15 +323,14 @@ def test_page_loops_prefetch(kernel, fields):
     assert copies(3) > copies(1)
 
 
-def test_decode_v_is_converted_before_its_transpose():
+@pytest.mark.parametrize("kernel,fields", [("decode", dict(num_warps=2)), ("prefill", dict(block_t=1))],
+                         ids=["decode", "prefill_per_token"])
+def test_v_is_converted_before_its_transpose(kernel, fields):
     """kv_upcast 3 on sm90: V goes through cvt.rn.f16x2.e4m3x2 in its load layout and reaches the
     PV MMA as fp16, never read from shared memory a byte at a time (what kv_upcast 2 compiles to
-    with plain loads on Triton 3.6: 128 ld.shared.u8 per slice at bn64/2 warps, the decode loop's
-    largest instruction share; results/h200/decode-vcvt)."""
-    def ptx(kv_upcast):
-        config = LaunchConfig(block_n=64, num_warps=2, num_stages=3, kv_upcast=kv_upcast, kv_tma=0)
-        return static.compile_asm(static.launches_for("sm90", "decode", "scalar", "fp8", 64, 4, config)[0])
-
-    converted = ptx(3)
+    with plain loads on Triton 3.6 wherever the PV product is an mma.sync: 128 ld.shared.u8 per
+    slice for decode at bn64/2 warps, its loop's largest instruction share; results/h200/decode-vcvt)."""
+    config = LaunchConfig(block_n=64, num_stages=3, kv_upcast=3, kv_tma=0, **fields)
+    converted = static.compile_asm(static.launches_for("sm90", kernel, "scalar", "fp8", 64, 4, config)[0])
     assert "cvt.rn.f16x2.e4m3x2" in converted
     assert not re.search(r"ld\.shared\.(u8|b8|s8)", converted)
