@@ -54,9 +54,9 @@ def _probe(topk_ptr, block_table_ptr, kv_ptr, out_ptr, stride_tk_k, stride_bt_b,
 
 @triton.jit
 def _read_partials(part_ptr, out_ptr, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, PDL: tl.constexpr):
-    """One program reads ROWS x HEAD_DIM partials (fp32, or fp16 as the split kernel stores them where partial_dtype allows) and
-    stores their column sums: the bytes the fused merge's last program reads, without the merge
-    arithmetic."""
+    """One program reads ROWS x HEAD_DIM partials (fp32, or fp16 as the split kernel stores them
+    where partial_dtype allows) and stores their column sums: the bytes the fused merge's last
+    program reads, without the merge arithmetic."""
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
