@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--candidates", default=None,
                    help="JSON list of configs to search instead of the whole space (the default is always added), "
                         'or an object of such lists by table ({"decode/scalar/fp8/16x1": [...], ...}: a table '
-                        "left out searches the default alone)")
+                        "left out searches the default alone); @FILE reads the JSON from FILE")
     p.add_argument("--seed-from", type=pathlib.Path, default=None,
                    help="a tuned-config JSON (e.g. the file before a kernel change): each study tries that "
                         "file's configs for its table first, after the default (they count as trials)")
@@ -130,8 +130,14 @@ def _check(args) -> None:
     if not args.candidates:
         args.candidates = None  # not given: the whole space
     else:
+        text = args.candidates
+        if text.startswith("@"):  # a file: the provenance then records its path, not its contents
+            try:
+                text = pathlib.Path(text[1:]).read_text()
+            except OSError as exc:
+                raise ValueError(f"--candidates: cannot read {text[1:]!r} ({exc.strerror})") from None
         try:
-            configs = json.loads(args.candidates)
+            configs = json.loads(text)
         except ValueError as exc:
             raise ValueError(f"--candidates: not JSON ({exc})") from None
         if isinstance(configs, list):

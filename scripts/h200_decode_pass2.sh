@@ -10,7 +10,7 @@ OUT=${OUT:-/tmp/msa-tune-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2
 DB=tune_studies/sm90__NVIDIA_H200_decode_pass2.db
-timeout -k 10 "${TUNE_S:-240}" python3 tune.py --kernels decode --candidates "$(cat scripts/h200_decode_candidates.json)" \
+timeout -k 10 "${TUNE_S:-240}" python3 tune.py --kernels decode --candidates @scripts/h200_decode_candidates.json \
   --trials 12 --precompile-workers 12 --storage "sqlite:///$PWD/$DB" > "$OUT/tune_pass2.log" 2>&1
 echo "tune rc=$?"; tail -2 "$OUT/tune_pass2.log"
 cp tuned_configs/sm90__NVIDIA_H200.json "$DB" "$OUT/"

@@ -21,7 +21,7 @@ case $KERNEL in
   decode) CAND=scripts/h200_decode_candidates_v2.json TRIALS=8 ;;
 esac
 start=$(date +%s)
-timeout -k 10 $((BUDGET + 60)) python3 tune.py --kernels "$KERNEL" --candidates "$(cat $CAND)" --trials $TRIALS \
+timeout -k 10 $((BUDGET + 60)) python3 tune.py --kernels "$KERNEL" --candidates "@$CAND" --trials $TRIALS \
   ${PATHS:+--prefill-paths "$PATHS"} \
   --precompile-workers 12 --time-budget "$BUDGET" > "$OUT/tune_$KERNEL.log" 2>&1
 echo "tune $KERNEL rc=$? in $(( $(date +%s) - start )) s"; tail -3 "$OUT/tune_$KERNEL.log"

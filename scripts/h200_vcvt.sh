@@ -18,7 +18,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD
 tune() {  # kernel, candidates file, trials, seconds, extra args...
   local kernel=$1 cand=$2 trials=$3 budget=$4; shift 4
-  timeout -k 10 $((budget + 60)) python3 tune.py --kernels "$kernel" --candidates "$(cat "$cand")" --trials "$trials" \
+  timeout -k 10 $((budget + 60)) python3 tune.py --kernels "$kernel" --candidates "@$cand" --trials "$trials" \
     --precompile-workers 12 --time-budget "$budget" "$@" > "$OUT/tune_${kernel}_$STAGE.log" 2>&1
   echo "tune $kernel rc=$?"; tail -4 "$OUT/tune_${kernel}_$STAGE.log"
   cp tuned_configs/sm90__NVIDIA_H200.json "$OUT/"

@@ -35,6 +35,7 @@ BAD = [
     (["--layouts", "tp3"], "msa-tune: --layouts: expected names from ['tp1', 'tp2', 'tp4', 'tp8'], got 'tp3'"),
     (["--candidates", "{"], "msa-tune: --candidates: not JSON"),
     (["--candidates", "3"], "msa-tune: --candidates: expected a JSON list of configs, or an object of such lists by table"),
+    (["--candidates", "@/no/such/candidates.json"], "msa-tune: --candidates: cannot read '/no/such/candidates.json'"),
     (["--kernels", "decode", "--layouts", "tp4", "--candidates", '{"decode/scalar/fp8/64x4": []}'],
      "msa-tune: --candidates: table(s) ['decode/scalar/fp8/64x4'] are not in this run's grid"),
     # A candidate the studies cannot run as given: refused up front, not by a crash mid-run.
@@ -81,6 +82,10 @@ def test_candidates_are_checked_for_the_arch_the_gpu_names(tmp_path, capsys, mon
     assert capsys.readouterr().err.startswith("msa-tune: --candidates[0] for prefill/scalar/fp8/16x1: block_t=16 is "
                                               "outside the prefill search space")
     assert list(tmp_path.iterdir()) == []
+    # @FILE: the same list read from a file (the tuned file's provenance then names the file).
+    listed = tmp_path / "candidates.json"
+    listed.write_text('[{"block_t": 4, "block_n": 64}]')
+    assert tune.main([*common, "--candidates", f"@{listed}"]) == 0 and ran == ["sm90", "sm90"]
 
 
 def test_interpret_without_an_arch_is_refused(tmp_path, capsys):
