@@ -58,8 +58,7 @@ def template_params(variant: Variant) -> dict:
     }
     if variant.kernel != "decode_merge":  # the kernels that read K/V pages
         params["kv_tma"] = spec.kv_tma
-    if variant.kernel in ("decode_split", "prefill"):  # kv_upcast 3 (configs.KV_UPCAST_MODES)
-        params["v_cvt_asm"] = spec.fp8_cvt_asm
+        params["v_cvt_asm"] = spec.fp8_cvt_asm  # kv_upcast 3 (configs.KV_UPCAST_MODES)
     return params
 
 

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_none (arch=gfx942, kernel=decode_merge, scale_mode=none)
-# inputs-sha256: 582288aef3e2d7edc06422be568dd9ca66a008b10ed812b3bdaaf96458a19aae
+# inputs-sha256: e9e888974cf5adcf549d7cb9935a79fd084881dfa9f9e0f878d5c80e44dee34a
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -91,4 +91,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '582288aef3e2d7edc06422be568dd9ca66a008b10ed812b3bdaaf96458a19aae'
+INPUTS_SHA256 = 'e9e888974cf5adcf549d7cb9935a79fd084881dfa9f9e0f878d5c80e44dee34a'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_per_token_head (arch=gfx942, kernel=decode_merge, scale_mode=per_token_head)
-# inputs-sha256: a8d821650bdfce32f54c1371ff239c9eb89b73d929a02cd53ef083519b4eceec
+# inputs-sha256: c759c818daed30f48782492273d8d192410225ae06bde71dd3c43c2fd3371c48
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -91,4 +91,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = 'a8d821650bdfce32f54c1371ff239c9eb89b73d929a02cd53ef083519b4eceec'
+INPUTS_SHA256 = 'c759c818daed30f48782492273d8d192410225ae06bde71dd3c43c2fd3371c48'

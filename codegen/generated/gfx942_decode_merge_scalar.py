@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_scalar (arch=gfx942, kernel=decode_merge, scale_mode=scalar)
-# inputs-sha256: 01a4e90c08c2be72bda36cb82763b2b1ab210b4402e74dc5c7f9b7f5ddf99ea5
+# inputs-sha256: 068dc48b9a37bfe5a3a2b52ef5102a965783bd5b6904b82633c20acac18ac508
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -92,4 +92,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '01a4e90c08c2be72bda36cb82763b2b1ab210b4402e74dc5c7f9b7f5ddf99ea5'
+INPUTS_SHA256 = '068dc48b9a37bfe5a3a2b52ef5102a965783bd5b6904b82633c20acac18ac508'

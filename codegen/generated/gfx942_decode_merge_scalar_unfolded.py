@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_scalar_unfolded (arch=gfx942, kernel=decode_merge, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 9a412ba928fee972a8264dd8cacc1a441cea0827998dbbcfd12cf9d248ae509d
+# inputs-sha256: cd76b4e5e09de2e2ce0db59126644c249069caa6abf42ed39304f866169484f8
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -91,4 +91,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '9a412ba928fee972a8264dd8cacc1a441cea0827998dbbcfd12cf9d248ae509d'
+INPUTS_SHA256 = 'cd76b4e5e09de2e2ce0db59126644c249069caa6abf42ed39304f866169484f8'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 35aa389b2ac640f8784a857c1cfa9cc29dc5575661b9af661501fba56476d452
+# inputs-sha256: 27b8df7ecde006b8795480f75282251a012d054f7eeb66fc60bdbabf33416cce
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -194,6 +194,12 @@ def kv_tma_ok(kv_cache, head_dim):
     return False  # gfx942 has no TMA
 
 
+def reads_through_tma(kv_cache, head_dim, config):
+    """Whether a launch reads K/V through TMA: the config asks for it (kv_tma 1, else plain
+    loads) and the cache allows it (kv_tma_ok)."""
+    return config.kv_tma == 1 and kv_tma_ok(kv_cache, head_dim)
+
+
 def kv_descriptor(kv_cache, head_dim, block_n):
     """The TMA descriptor over the 4-D cache (all four strides honoured) whose box is one
     BLOCK_N x HEAD_DIM slice of a (page, KV head)."""
@@ -260,7 +266,7 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         raise ValueError(f"counters: a fused merge needs >= {total_q * num_kv_heads} zeroed int32 arrival counters")
     varlen = query_start_loc is not None
     grid = (total_q, num_kv_heads, num_splits)
-    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, head_dim)  # the config may ask for plain loads
+    kv_tma = reads_through_tma(kv_cache, head_dim, config)
     _msa_decode_split_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, head_dim, config.block_n) if kv_tma else kv_cache, topk_idx, block_table, seq_lens,
         query_start_loc if varlen else seq_lens, token_to_req_indices if varlen else seq_lens,
@@ -275,4 +281,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '35aa389b2ac640f8784a857c1cfa9cc29dc5575661b9af661501fba56476d452'
+INPUTS_SHA256 = '27b8df7ecde006b8795480f75282251a012d054f7eeb66fc60bdbabf33416cce'

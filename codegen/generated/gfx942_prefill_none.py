@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: 63284832bcfe365fe3c458a9ded5e909891724ff1a3347c294e8acbc7bff2a7a
+# inputs-sha256: 600754f5e919ab79ed45d803cff1d9e18e7ac81a4e9ec72c99d365bb0d7cc4d2
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -216,6 +216,12 @@ def kv_tma_ok(kv_cache, head_dim):
     return False  # gfx942 has no TMA
 
 
+def reads_through_tma(kv_cache, head_dim, config):
+    """Whether a launch reads K/V through TMA: the config asks for it (kv_tma 1, else plain
+    loads) and the cache allows it (kv_tma_ok)."""
+    return config.kv_tma == 1 and kv_tma_ok(kv_cache, head_dim)
+
+
 def kv_descriptor(kv_cache, head_dim, block_n):
     """The TMA descriptor over the 4-D cache (all four strides honoured) whose box is one
     BLOCK_N x HEAD_DIM slice of a (page, KV head)."""
@@ -248,7 +254,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
-    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, q.shape[2])  # the config may ask for plain loads
+    kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
     _msa_prefill_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output,
@@ -260,4 +266,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '63284832bcfe365fe3c458a9ded5e909891724ff1a3347c294e8acbc7bff2a7a'
+INPUTS_SHA256 = '600754f5e919ab79ed45d803cff1d9e18e7ac81a4e9ec72c99d365bb0d7cc4d2'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: f35435acbe44c7ffff39e3a0d575f47dc43bcdba9d62622269c5d03e35a92341
+# inputs-sha256: fe048c77b0b614f405ab5c5f8189f91aa635acf7fc81bcf69f066f81196fe22f
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -224,6 +224,12 @@ def kv_tma_ok(kv_cache, head_dim):
     return False  # gfx942 has no TMA
 
 
+def reads_through_tma(kv_cache, head_dim, config):
+    """Whether a launch reads K/V through TMA: the config asks for it (kv_tma 1, else plain
+    loads) and the cache allows it (kv_tma_ok)."""
+    return config.kv_tma == 1 and kv_tma_ok(kv_cache, head_dim)
+
+
 def kv_descriptor(kv_cache, head_dim, block_n):
     """The TMA descriptor over the 4-D cache (all four strides honoured) whose box is one
     BLOCK_N x HEAD_DIM slice of a (page, KV head)."""
@@ -256,7 +262,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
-    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, q.shape[2])  # the config may ask for plain loads
+    kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
     _msa_prefill_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output,
@@ -269,4 +275,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'f35435acbe44c7ffff39e3a0d575f47dc43bcdba9d62622269c5d03e35a92341'
+INPUTS_SHA256 = 'fe048c77b0b614f405ab5c5f8189f91aa635acf7fc81bcf69f066f81196fe22f'

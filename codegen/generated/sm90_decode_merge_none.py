@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_none (arch=sm90, kernel=decode_merge, scale_mode=none)
-# inputs-sha256: 718a0394fee51be6869a59c88ecae0208bfdab14ac680d124077c2c068a53e15
+# inputs-sha256: 5907a48c32312e590141f0d2f796e2420c7cdac26f468e5b71ce43083a028040
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -93,4 +93,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '718a0394fee51be6869a59c88ecae0208bfdab14ac680d124077c2c068a53e15'
+INPUTS_SHA256 = '5907a48c32312e590141f0d2f796e2420c7cdac26f468e5b71ce43083a028040'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_per_token_head (arch=sm90, kernel=decode_merge, scale_mode=per_token_head)
-# inputs-sha256: 4780445193b211d4a2fa4005803492ea917c7bfcd5326c85d62d2dd183d7ec78
+# inputs-sha256: 9233098aaf55dcf803b49cbf17859dd4855d6b673af7220357ff4dace7bf10cc
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -93,4 +93,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '4780445193b211d4a2fa4005803492ea917c7bfcd5326c85d62d2dd183d7ec78'
+INPUTS_SHA256 = '9233098aaf55dcf803b49cbf17859dd4855d6b673af7220357ff4dace7bf10cc'

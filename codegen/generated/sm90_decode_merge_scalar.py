@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_scalar (arch=sm90, kernel=decode_merge, scale_mode=scalar)
-# inputs-sha256: 40222fd76b54817129dc5546683440161939066816e7ca218e41bbf4f2e4faa9
+# inputs-sha256: a8ed7e61406b4de5adc313fe3e5aae653187b45731fee17d456ef025e0933873
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -94,4 +94,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '40222fd76b54817129dc5546683440161939066816e7ca218e41bbf4f2e4faa9'
+INPUTS_SHA256 = 'a8ed7e61406b4de5adc313fe3e5aae653187b45731fee17d456ef025e0933873'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_scalar_unfolded (arch=sm90, kernel=decode_merge, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 28c6eb0c88656aad3d0f875876c39f750c53880f10244deb8bc9ae6f31f9ce72
+# inputs-sha256: f8c2368a5ba9e80319db662f357242e2e262f58a91848b47dc2dea571afe9dbe
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -93,4 +93,4 @@ def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
     )
     return output
 
-INPUTS_SHA256 = '28c6eb0c88656aad3d0f875876c39f750c53880f10244deb8bc9ae6f31f9ce72'
+INPUTS_SHA256 = 'f8c2368a5ba9e80319db662f357242e2e262f58a91848b47dc2dea571afe9dbe'

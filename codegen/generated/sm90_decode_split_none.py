@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: c6fd14e3d78021c860600969e9c61567a0506739f7c4de548871d560ce765a6d
+# inputs-sha256: 14e86cc86d660cac9895dd9fb8ff461b488e483897b2278363a8b017cc9e098a
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -12,8 +12,6 @@ FUSED_MERGE, the last split program of the (token, KV head) to finish: it counts
 int32 counter and resets it after merging, so the counters are zero again for the next call.
 Grid and buffers depend only on shapes and the config, so the launch can be captured in a CUDA graph.
 """
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -204,7 +202,7 @@ KERNEL = _msa_decode_split_kernel
 
 
 # The interpreter runs no PTX: it takes the exact `.to()` conversion instead.
-_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+_INTERPRETED = tl.constexpr(triton.knobs.runtime.interpret)
 
 
 @triton.jit
@@ -227,6 +225,12 @@ def kv_tma_ok(kv_cache, head_dim):
     size = kv_cache.element_size()
     return (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
             and all(stride * size % 16 == 0 for stride in kv_cache.stride()[:3]) and head_dim * size >= 16)
+
+
+def reads_through_tma(kv_cache, head_dim, config):
+    """Whether a launch reads K/V through TMA: the config asks for it (kv_tma 1, else plain
+    loads) and the cache allows it (kv_tma_ok)."""
+    return config.kv_tma == 1 and kv_tma_ok(kv_cache, head_dim)
 
 
 def kv_descriptor(kv_cache, head_dim, block_n):
@@ -256,7 +260,6 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 NUM_SPLITS=config.num_splits, SPLITS_P2=triton.next_power_of_2(config.num_splits),
                 MERGE_CHUNK=min(4, triton.next_power_of_2(config.num_splits)),
                 FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1),
-                # kv_upcast 3 is 2 (fp16 MMAs) with V converted by _e4m3_to_fp16
                 KV_UPCAST=2 if config.kv_upcast == 3 else config.kv_upcast, V_CVT_ASM=config.kv_upcast == 3,
                 VARLEN=varlen, USE_PDL=use_pdl, KV_TMA=kv_tma)
 
@@ -291,7 +294,7 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         raise ValueError(f"counters: a fused merge needs >= {total_q * num_kv_heads} zeroed int32 arrival counters")
     varlen = query_start_loc is not None
     grid = (total_q, num_kv_heads, num_splits)
-    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, head_dim)  # the config may ask for plain loads
+    kv_tma = reads_through_tma(kv_cache, head_dim, config)
     _msa_decode_split_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, head_dim, config.block_n) if kv_tma else kv_cache, topk_idx, block_table, seq_lens,
         query_start_loc if varlen else seq_lens, token_to_req_indices if varlen else seq_lens,
@@ -305,4 +308,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'c6fd14e3d78021c860600969e9c61567a0506739f7c4de548871d560ce765a6d'
+INPUTS_SHA256 = '14e86cc86d660cac9895dd9fb8ff461b488e483897b2278363a8b017cc9e098a'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: 6d1840983e63b3d90c4368c93d218d84c16ab54fbb9aac0181adf5b32385bfc6
+# inputs-sha256: ca46801d837c32ab27c74039bb73ff5948c10dcb4b8f8cbec85e9a84e79cf281
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -11,8 +11,6 @@ is loaded once and scored against every row, rows whose token did not pick it (o
 key) masked out, so neighbouring tokens that share blocks share the loads and fill the MMA rows.
 Either way a token reads only the first min(topk, causal blocks) entries of its own top-k row.
 """
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -236,7 +234,7 @@ KERNEL = _msa_prefill_kernel
 
 
 # The interpreter runs no PTX: it takes the exact `.to()` conversion instead.
-_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+_INTERPRETED = tl.constexpr(triton.knobs.runtime.interpret)
 
 
 @triton.jit
@@ -259,6 +257,12 @@ def kv_tma_ok(kv_cache, head_dim):
     size = kv_cache.element_size()
     return (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
             and all(stride * size % 16 == 0 for stride in kv_cache.stride()[:3]) and head_dim * size >= 16)
+
+
+def reads_through_tma(kv_cache, head_dim, config):
+    """Whether a launch reads K/V through TMA: the config asks for it (kv_tma 1, else plain
+    loads) and the cache allows it (kv_tma_ok)."""
+    return config.kv_tma == 1 and kv_tma_ok(kv_cache, head_dim)
 
 
 def kv_descriptor(kv_cache, head_dim, block_n):
@@ -292,7 +296,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
-    kv_tma = config.kv_tma == 1 and kv_tma_ok(kv_cache, q.shape[2])  # the config may ask for plain loads
+    kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
     _msa_prefill_kernel[grid](
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output,
@@ -304,4 +308,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '6d1840983e63b3d90c4368c93d218d84c16ab54fbb9aac0181adf5b32385bfc6'
+INPUTS_SHA256 = 'ca46801d837c32ab27c74039bb73ff5948c10dcb4b8f8cbec85e9a84e79cf281'
