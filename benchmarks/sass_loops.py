@@ -1,5 +1,5 @@
 """SASS instructions per iteration of a kernel's loops, by opcode, from an ahead-of-time sm90 compile
-(no GPU: the static gate's compile and Triton's cuobjdump). What a page-loop change costs or saves
+(no GPU: the static gate's compile, codegen.static.compile_asm, and Triton's cuobjdump). What a page-loop change costs or saves
 in issued instructions, before any GPU time:
 
   python benchmarks/sass_loops.py decode scalar tp1 '{"block_n": 64, "num_warps": 2, "num_stages": 3, "kv_upcast": 3, "kv_tma": 0}'
@@ -14,9 +14,7 @@ import collections
 import json
 import pathlib
 import re
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
@@ -24,16 +22,6 @@ from codegen.configs import LaunchConfig  # noqa: E402
 from codegen.shapes import HEAD_LAYOUTS  # noqa: E402
 
 _INSTR = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
-
-
-def sass(cubin: bytes) -> str:
-    from triton import knobs
-
-    with tempfile.TemporaryDirectory(prefix="msa-sass-") as tmp:
-        path = pathlib.Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        return subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", str(path)], capture_output=True, text=True,
-                              check=True).stdout
 
 
 def loops(text: str) -> list[tuple[int, int, collections.Counter]]:
@@ -58,18 +46,14 @@ def main(argv=None) -> int:
     parser.add_argument("--kv-dtype", default=None, help="default: fp8, bf16 for scale mode none")
     parser.add_argument("--top", type=int, default=12, help="opcodes shown per loop")
     args = parser.parse_args(argv)
-    import triton
-
-    from codegen.static.compile import _ast_source, compile_inputs
-    from codegen.static.launch import launches_for, target_of
+    from codegen.static.compile import compile_asm, cuobjdump
+    from codegen.static.launch import launches_for
 
     config = LaunchConfig.from_dict(json.loads(args.config), what="config")
     kv_dtype = args.kv_dtype or ("bf16" if args.scale_mode == "none" else "fp8")
     hq, hkv = HEAD_LAYOUTS[args.layout]
     launch = launches_for("sm90", args.kernel, args.scale_mode, kv_dtype, hq, hkv, config)[0]
-    inputs = compile_inputs(launch)
-    compiled = triton.compile(_ast_source(inputs), target=target_of("sm90"), options=dict(inputs.options))
-    for start, end, ops in loops(sass(compiled.asm["cubin"])):
+    for start, end, ops in loops(cuobjdump(compile_asm(launch, "cubin"), "-sass")):
         full = sum(ops.values())
         shown = ", ".join(f"{op} {n}" for op, n in ops.most_common(args.top))
         print(f"loop {start:#06x}-{end:#06x}: {full:5d} instructions  ({shown})")

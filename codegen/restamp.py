@@ -41,7 +41,7 @@ from .configs import LaunchConfig
 from .loader import current_inputs_sha256
 from .modules import load_module
 from .render import REPO_ROOT
-from .variants import Variant
+from .variants import Variant, get_arch
 
 _PARTS = {"prefill": ("prefill",), "decode": ("decode_split", "decode_merge")}
 
@@ -95,21 +95,17 @@ def jit_sources(module) -> dict[str, str]:
 
 def _compiled(launch, module) -> tuple[dict, dict, str]:
     """(constexprs, options, the compiled kernel's text) of `launch` compiled from `module`."""
-    import triton
-
-    from .static import compile as static_compile
-    from .static.launch import StaticLaunch, target_of
+    from .static.compile import compile_asm, compile_inputs
+    from .static.launch import StaticLaunch
 
     original = StaticLaunch.module
     StaticLaunch.module = lambda self: module
     try:
-        inputs = static_compile.compile_inputs(launch)
-        compiled = triton.compile(static_compile._ast_source(inputs), target=target_of(launch.arch),
-                                  options=dict(inputs.options))
+        inputs = compile_inputs(launch)
+        text = compile_asm(launch, "ptx" if launch.arch == "sm90" else "amdgcn")
     finally:
         StaticLaunch.module = original
-    stage = "ptx" if launch.arch == "sm90" else "amdgcn"
-    return inputs.constexprs, inputs.options, compiled.asm[stage]
+    return inputs.constexprs, inputs.options, text
 
 
 def _specializations_equal(launch, old, new) -> bool:
@@ -171,7 +167,6 @@ def _launches(arch, kernel, scale_mode, kv_dtype, hq, hkv, config, *, every_spec
     """The launches a config's table entry makes the runtime compile; with every_specialization,
     also its varlen rows (decode) and its plain-load fallback (a TMA config on a cache TMA cannot read)."""
     from .static.launch import launches_for
-    from .variants import get_arch
 
     configs = [config]
     if every_specialization and config.kv_tma == 1 and get_arch(arch).kv_tma:

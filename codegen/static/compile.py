@@ -233,15 +233,20 @@ def _first_int(pattern: str, text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _cuobjdump_usage(cubin: bytes, kernel_name: str) -> dict[str, int]:
-    """REG / STACK / SHARED / LOCAL of `kernel_name` from ``cuobjdump --dump-resource-usage``."""
+def cuobjdump(cubin: bytes, *flags: str) -> str:
+    """What Triton's cuobjdump prints for `cubin` with `flags` (e.g. "-sass")."""
     from triton import knobs
 
     with tempfile.TemporaryDirectory(prefix="msa-static-") as tmp:
         path = pathlib.Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        out = subprocess.run([knobs.nvidia.cuobjdump.path, "--dump-resource-usage", str(path)],
-                             capture_output=True, text=True, check=True).stdout
+        return subprocess.run([knobs.nvidia.cuobjdump.path, *flags, str(path)],
+                              capture_output=True, text=True, check=True).stdout
+
+
+def _cuobjdump_usage(cubin: bytes, kernel_name: str) -> dict[str, int]:
+    """REG / STACK / SHARED / LOCAL of `kernel_name` from ``cuobjdump --dump-resource-usage``."""
+    out = cuobjdump(cubin, "--dump-resource-usage")
     # "Function <name>:" is followed by the line "REG:.. STACK:.. SHARED:.. LOCAL:.. ...".
     match = re.search(rf"Function {re.escape(kernel_name)}:\s*\n\s*(REG:[^\n]*)", out)
     if not match:
@@ -349,9 +354,10 @@ def _ast_source(inputs: CompileInputs):
                      constexprs=inputs.constexprs, attrs=inputs.attrs)
 
 
-def compile_asm(launch: StaticLaunch, stage: str = "ptx") -> str:
-    """One stage of `launch`'s compiled kernel (a key of Triton's `asm`: "ttgir", and "ptx" on sm90 or
-    "amdgcn" on gfx942), through Triton's own compile cache: for reading the generated code."""
+def compile_asm(launch: StaticLaunch, stage: str = "ptx") -> str | bytes:
+    """One stage of `launch`'s compiled kernel (a key of Triton's `asm`: "ttgir", and "ptx" and "cubin"
+    (bytes) on sm90 or "amdgcn" on gfx942), through Triton's own compile cache: for reading the
+    generated code."""
     inputs = compile_inputs(launch)
     return triton.compile(_ast_source(inputs), target=target_of(launch.arch), options=dict(inputs.options)).asm[stage]
 
