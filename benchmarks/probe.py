@@ -14,6 +14,7 @@ Compiles run first in `--compile-jobs` processes (each launches every config onc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -56,22 +57,44 @@ SPECS = {  # case -> split counts tried
 
 
 PREFILL_SPECS = {  # case -> tokens per program tried
-    Spec("prefill", "tp1", "scalar", 1, 8192, 0, "correlated"): (1, 2, 4),
-    Spec("prefill", "tp4", "scalar", 1, 8192, 0, "correlated"): (1, 2, 4),
-    Spec("prefill", "tp4", "per_token_head", 1, 8192, 0, "correlated"): (1, 2, 4),
-    Spec("prefill", "tp1", "scalar", 1, 8192, 120 * 1024, "random"): (1, 2),
-    Spec("prefill", "tp4", "scalar", 4, 2048, 0, "random"): (1, 2, 4),
-    Spec("prefill", "tp4", "scalar", 4, 2048, 0, "correlated"): (1, 2, 4),
+    Spec("prefill", "tp1", "scalar", 1, 8192, 0, "correlated"): (1, 4, 8),
+    Spec("prefill", "tp4", "scalar", 1, 8192, 0, "correlated"): (1, 4, 8),
+    Spec("prefill", "tp1", "per_token_head", 1, 8192, 0, "correlated"): (1, 4, 8),
+    Spec("prefill", "tp4", "per_token_head", 1, 8192, 0, "correlated"): (1, 4, 8),
+    Spec("prefill", "tp1", "none", 1, 8192, 0, "correlated"): (1, 4, 8),
+    Spec("prefill", "tp1", "scalar", 1, 8192, 120 * 1024, "random"): (1,),
+    Spec("prefill", "tp1", "per_token_head", 1, 8192, 120 * 1024, "random"): (1,),
+    Spec("prefill", "tp1", "scalar", 1, 8192, 0, "random"): (1, 4),
+    Spec("prefill", "tp1", "none", 1, 8192, 0, "random"): (1, 4),
+    Spec("prefill", "tp4", "scalar", 4, 2048, 0, "random"): (1, 4),
+    Spec("prefill", "tp4", "scalar", 4, 2048, 0, "correlated"): (1, 4, 8),
 }
 
 
-def prefill_grid(block_ts) -> list[LaunchConfig]:
-    grid = [LaunchConfig(block_t=bt, block_n=bn, num_warps=warps, num_stages=stages, kv_upcast=up)
-            for bt, bn, warps, stages, up in itertools.product(block_ts, (64, 128), (4, 8), (1, 2, 3), (1, 2))]
-    if 4 in block_ts:  # 128-row tiles (two warpgroups): only narrow key blocks fit their registers
-        grid += [LaunchConfig(block_t=8, block_n=bn, num_warps=8, num_stages=stages, kv_upcast=up)
-                 for bn, stages, up in itertools.product((32, 64), (2, 3), (1, 2))]
-    return grid
+def _prefill_configs(block_t: int, mode: str) -> list[LaunchConfig]:
+    """The probe's configs of one tile height: TMA, fp16 MMAs with the asm V conversion (fp8), one
+    warpgroup per 64 rows."""
+    up = 0 if mode == "none" else 3
+    warps = 8 if block_t == 8 else 4
+    shapes = [(128, 1), (128, 2), (64, 2), (64, 3)] + ([(128, 3)] if block_t == 1 else [])
+    return [LaunchConfig(block_t=block_t, block_n=bn, num_warps=warps, num_stages=st, kv_upcast=up)
+            for bn, st in shapes]
+
+
+def prefill_grid(block_ts, mode: str = "scalar") -> list[LaunchConfig]:
+    return [c for bt in block_ts for c in _prefill_configs(bt, mode)]
+
+
+def prefill_before_grid(runtime: LaunchConfig, mode: str) -> list[LaunchConfig]:
+    """The previous main at its table's config, that config's per-token twin and the previous probe's
+    best tile and walk (so 'before' is the previous kernels at their best, not at a stale table)."""
+    up = 0 if mode == "none" else 2
+    configs = [runtime, dataclasses.replace(runtime, block_t=1),
+               LaunchConfig(block_t=4, block_n=128, num_warps=4, num_stages=2, kv_upcast=up),
+               LaunchConfig(block_t=1, block_n=128, num_warps=4, num_stages=2, kv_upcast=up)]
+    if mode != "none":
+        configs.append(LaunchConfig(block_t=4, block_n=128, num_warps=4, num_stages=2, kv_upcast=3))
+    return list(dict.fromkeys(configs))
 
 
 def grid(splits) -> list[LaunchConfig]:
@@ -174,6 +197,11 @@ def main(argv=None) -> int:
     runtime = {}  # spec -> the config the runtime picks (this tree's table; the 'before' column runs it too)
     for spec, splits in specs.items():
         runtime[spec] = bench.resolve("runtime", spec, "sm90", bench.build(spec, "sm90", seed=0))[0]
+        if args.kernel == "prefill":
+            plan += [(spec, "before", c) for c in prefill_before_grid(runtime[spec], spec.mode)]
+            plan.append((spec, "after", runtime[spec]))
+            plan += [(spec, "after", c) for c in prefill_grid(splits, spec.mode)]
+            continue
         plan.append((spec, "before", runtime[spec]))
         plan.append((spec, "after", runtime[spec]))
         plan += [(spec, "after", c) for c in make_grid(splits)]

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 27b8df7ecde006b8795480f75282251a012d054f7eeb66fc60bdbabf33416cce
+# inputs-sha256: 058db6b6550148266b558ad94f1dfb11ceb01fc12739504ec518ee32ac467f05
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -281,4 +281,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '27b8df7ecde006b8795480f75282251a012d054f7eeb66fc60bdbabf33416cce'
+INPUTS_SHA256 = '058db6b6550148266b558ad94f1dfb11ceb01fc12739504ec518ee32ac467f05'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 6f3113d416a2aeba1dd4de14730e2c4a58bf44fe87211e5c454b2f5a0580d1c6
+# inputs-sha256: 7a7ef45bbcba5f53d13ddd554bce1e6773a97f250ba769fbffd255d8a219085a
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -76,6 +76,7 @@ def _msa_prefill_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    acc_unit = tl.full([], 1.0, tl.float32)  # acc's unit (step's lean form; 1 unless fp16 MMAs)
     kv_head_ptr = kv_ptr + g * stride_kv_h
     if BLOCK_T == 1:
         t = (q_start + i0).to(tl.int64)
@@ -103,38 +104,47 @@ def _msa_prefill_kernel(
                 + (0 + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
             if KV_UPCAST == 1:
                 k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
-            s = tl.dot(q, tl.trans(k.to(q.dtype)))
-            # Per-token K scale on the [rows, BLOCK_N] score tile, not the K tile.
             scale_slot = page.to(tl.int64) * PAGE + sub + offs_n
             k_sc = tl.load(ks_row_ptr + scale_slot * stride_ks_t, mask=visible, other=0.0)
-            s = s * (qk_scale * k_sc)[None, :]
-            s = tl.where(visible[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            if KV_UPCAST == 2:
+                # Per-token K scale on K itself, in K's load layout (a scale per key a thread holds, not
+                # per score column), relative to the slice's largest |scale| (k_top: the fp16 values
+                # keep fp8's range); k_top joins the score scale.
+                k_top = tl.max(tl.abs(k_sc), axis=0)
+                k_top = tl.where(k_top > 0.0, k_top, 1.0)
+                s = tl.dot(q, tl.trans(k.to(tl.float16) * (k_sc * (1.0 / k_top)).to(tl.float16)[:, None]))
+                s_scale = qk_scale * k_top
+            else:
+                s = tl.dot(q, tl.trans(k.to(q.dtype)))
+                s = s * (qk_scale * k_sc)[None, :]
+                s_scale = 1.0
+            if sub + BLOCK_N > n_visible:
+                s = tl.where(visible[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * s_scale)
             # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
             m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_shift)
-            p = tl.exp2(s - m_shift[:, None])
+            p = tl.exp2(s * s_scale - m_shift[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
             v = tl.load(
                 kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
                 + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
-            # Per-token V scale on the probability tile (the softmax sum l_i stays unscaled).
             v_sc = tl.load(vs_row_ptr + scale_slot * stride_vs_t, mask=visible, other=0.0)
             if KV_UPCAST == 2:
-                # fp16 P: scaled by v_sc over its largest value in the slice (<= 1, never overflows);
-                # that largest value multiplies the fp32 product instead.
-                v_sc_top = tl.max(v_sc, axis=0)
-                v_sc_top = tl.where(v_sc_top > 0.0, v_sc_top, 1.0)
-                p = p * (v_sc / v_sc_top)[None, :]
+                v_top = tl.max(tl.abs(v_sc), axis=0)
+                v_top = tl.where(v_top > 0.0, v_top, 1.0)
+                v_ratio = (v_sc * (1.0 / v_top)).to(tl.float16)
+                v = v.to(tl.float16) * v_ratio[:, None]
             else:
                 p = p * v_sc[None, :]
-            if KV_UPCAST == 1:
-                v = v.to(tl.float32)
+                if KV_UPCAST == 1:
+                    v = v.to(tl.float32)
             v = v.to(q.dtype)
-            pv = tl.dot(p.to(q.dtype), v)
             if KV_UPCAST == 2:
-                pv = pv * v_sc_top
-            acc = acc * alpha[:, None] + pv
+                acc = acc * (alpha * (acc_unit / v_top))[:, None] + tl.dot(p.to(q.dtype), v)
+                acc_unit = v_top
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
             m_i = m_new
     else:
         kv_end_row = tl.minimum(prefix + i0 + row_t + 1, seq_len)  # [BLOCK_M]
@@ -168,26 +178,43 @@ def _msa_prefill_kernel(
             earlier_col = tl.load(tile_topk_ptr + te_f * stride_tk_t + kk * stride_tk_k, mask=read_f & (ke_f > kk),
                                   other=-1)
             rank_f += (earlier_col == blk_f).to(tl.int32)
-        # Applied already: an earlier token lists the block more than `rank` times.
+        # Applied already: an earlier token lists the block more than `rank` times. Per listing, also
+        # which tokens get the page (their rows) and what they see of it: `whole` when every token
+        # of the tile gets it and sees all PAGE keys (the walk then masks nothing), `n_vis_f` the
+        # most keys any of them sees (the slots a load needs).
         applied_f = pos < 0
+        whole_f = live_f
+        n_vis_f = tl.zeros([PLAN], dtype=tl.int32)
         for tt in tl.static_range(BLOCK_T):
-            n_read_tt = tl.minimum(topk, tl.cdiv(tl.minimum(prefix + i0 + tt + 1, seq_len), PAGE))
+            kv_end_tt = tl.minimum(prefix + i0 + tt + 1, seq_len)
+            n_read_tt = tl.minimum(topk, tl.cdiv(kv_end_tt, PAGE))
             row_tt = tl.load(tile_topk_ptr + tt * stride_tk_t + offs_k * stride_tk_k,
                              mask=offs_k < tl.where(tt < n_tok, n_read_tt, 0), other=-1)
             listed = tl.sum((blk_f[:, None] == row_tt[None, :]).to(tl.int32), axis=1)
             applied_f = applied_f | ((te_f > tt) & (listed > rank_f))
+            gets = listed > rank_f
+            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)  # blk_f < tile_blocks: no wrap
+            whole_f = whole_f & ((tt >= n_tok) | (gets & (sees == PAGE)))
+            n_vis_f = tl.maximum(n_vis_f, tl.where(gets, sees, 0))
         first_f = live_f & ~applied_f
         plan_f = tl.cumsum(first_f.to(tl.int32), axis=0) - 1  # position in the walk
         n_plan = tl.sum(first_f.to(tl.int32), axis=0)
         pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
+        # One word per listing, so each step takes it with one reduction: page, block, whole.
+        key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
+        aux_f = (rank_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
         for j in range(0, n_plan):
             this = first_f & (plan_f == j)
-            blk = tl.sum(tl.where(this, blk_f, 0), axis=0)
-            rank = tl.sum(tl.where(this, rank_f, 0), axis=0)
-            page = tl.sum(tl.where(this, pages_f, 0), axis=0)
-            picks = tl.sum((sel_rows == blk).to(tl.int32), axis=1)  # [BLOCK_M] listings per row
-            n_vis_row = tl.where(picks > rank, kv_end_row - blk * PAGE, 0)
-            n_visible = tl.max(n_vis_row, axis=0)
+            key = tl.sum(tl.where(this, key_f, 0), axis=0)
+            page = (key >> 32).to(tl.int32)
+            blk = ((key >> 1) & 0x7FFFFFFF).to(tl.int32)
+            partial = (key & 1) == 0
+            rank = 0
+            n_visible = PAGE
+            if partial:
+                aux = tl.sum(tl.where(this, aux_f, 0), axis=0)
+                rank = aux >> 8
+                n_visible = aux & 0xFF
             for sub_i in tl.static_range(SUBTILES):
                 sub = tl.full([], sub_i * BLOCK_N, tl.int32)  # first slot of the slice
                 slot = sub + offs_n
@@ -197,42 +224,51 @@ def _msa_prefill_kernel(
                     + (0 + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
                 if KV_UPCAST == 1:
                     k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
-                s = tl.dot(q, tl.trans(k.to(q.dtype)))
-                # Per-token K scale on the [rows, BLOCK_N] score tile, not the K tile.
                 scale_slot = page.to(tl.int64) * PAGE + sub + offs_n
                 k_sc = tl.load(ks_row_ptr + scale_slot * stride_ks_t, mask=cols, other=0.0)
-                s = s * (qk_scale * k_sc)[None, :]
-                s = tl.where(slot[None, :] < n_vis_row[:, None], s, float("-inf"))
-                m_new = tl.maximum(m_i, tl.max(s, axis=1))
+                if KV_UPCAST == 2:
+                    # Per-token K scale on K itself, in K's load layout (a scale per key a thread holds, not
+                    # per score column), relative to the slice's largest |scale| (k_top: the fp16 values
+                    # keep fp8's range); k_top joins the score scale.
+                    k_top = tl.max(tl.abs(k_sc), axis=0)
+                    k_top = tl.where(k_top > 0.0, k_top, 1.0)
+                    s = tl.dot(q, tl.trans(k.to(tl.float16) * (k_sc * (1.0 / k_top)).to(tl.float16)[:, None]))
+                    s_scale = qk_scale * k_top
+                else:
+                    s = tl.dot(q, tl.trans(k.to(q.dtype)))
+                    s = s * (qk_scale * k_sc)[None, :]
+                    s_scale = 1.0
+                if partial:
+                    s = tl.where((tl.sum((sel_rows == blk).to(tl.int32), axis=1) > rank)[:, None] & (slot[None, :] < kv_end_row[:, None] - blk * PAGE), s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, axis=1) * s_scale)
                 # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
                 m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
                 alpha = tl.exp2(m_i - m_shift)
-                p = tl.exp2(s - m_shift[:, None])
+                p = tl.exp2(s * s_scale - m_shift[:, None])
                 l_i = l_i * alpha + tl.sum(p, axis=1)
                 v = tl.load(
                     kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
                     + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
-                # Per-token V scale on the probability tile (the softmax sum l_i stays unscaled).
                 v_sc = tl.load(vs_row_ptr + scale_slot * stride_vs_t, mask=cols, other=0.0)
                 if KV_UPCAST == 2:
-                    # fp16 P: scaled by v_sc over its largest value in the slice (<= 1, never overflows);
-                    # that largest value multiplies the fp32 product instead.
-                    v_sc_top = tl.max(v_sc, axis=0)
-                    v_sc_top = tl.where(v_sc_top > 0.0, v_sc_top, 1.0)
-                    p = p * (v_sc / v_sc_top)[None, :]
+                    v_top = tl.max(tl.abs(v_sc), axis=0)
+                    v_top = tl.where(v_top > 0.0, v_top, 1.0)
+                    v_ratio = (v_sc * (1.0 / v_top)).to(tl.float16)
+                    v = v.to(tl.float16) * v_ratio[:, None]
                 else:
                     p = p * v_sc[None, :]
-                if KV_UPCAST == 1:
-                    v = v.to(tl.float32)
+                    if KV_UPCAST == 1:
+                        v = v.to(tl.float32)
                 v = v.to(q.dtype)
-                pv = tl.dot(p.to(q.dtype), v)
                 if KV_UPCAST == 2:
-                    pv = pv * v_sc_top
-                acc = acc * alpha[:, None] + pv
+                    acc = acc * (alpha * (acc_unit / v_top))[:, None] + tl.dot(p.to(q.dtype), v)
+                    acc_unit = v_top
+                else:
+                    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
                 m_i = m_new
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
-    o = acc / l_safe[:, None]
+    o = acc * (acc_unit / l_safe)[:, None]
 
     tl.store(
         out_ptr + row_tok[:, None] * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
@@ -302,4 +338,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '6f3113d416a2aeba1dd4de14730e2c4a58bf44fe87211e5c454b2f5a0580d1c6'
+INPUTS_SHA256 = '7a7ef45bbcba5f53d13ddd554bce1e6773a97f250ba769fbffd255d8a219085a'

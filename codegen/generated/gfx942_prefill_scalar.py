@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 17848708eeb505faf065cd2ea91ea311be20c7be0dc235e58b40827a80b99ae8
+# inputs-sha256: 1b88b2029795107f74f61bf1f3346729acf8c8e345e1f1c216eda5f08e2f867b
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -71,6 +71,11 @@ def _msa_prefill_kernel(
         q_div = tl.maximum(q_amax / 32768.0, 1.0)
         q = (q.to(tl.float32) / q_div).to(tl.float16)
         qk_scale = qk_scale * q_div
+    if qk_scale < 0.0:
+        # The loop takes row maxima of unscaled scores, which needs a scale >= 0: a negative
+        # k_scale flips the query instead (same products, exactly).
+        q = -q
+        qk_scale = -qk_scale
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -102,13 +107,13 @@ def _msa_prefill_kernel(
             if KV_UPCAST == 1:
                 k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
             s = tl.dot(q, tl.trans(k.to(q.dtype)))
-            s = s * qk_scale
-            s = tl.where(visible[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            if sub + BLOCK_N > n_visible:
+                s = tl.where(visible[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
             # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
             m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_shift)
-            p = tl.exp2(s - m_shift[:, None])
+            p = tl.exp2(s * qk_scale - m_shift[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
             v = tl.load(
                 kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
@@ -151,26 +156,43 @@ def _msa_prefill_kernel(
             earlier_col = tl.load(tile_topk_ptr + te_f * stride_tk_t + kk * stride_tk_k, mask=read_f & (ke_f > kk),
                                   other=-1)
             rank_f += (earlier_col == blk_f).to(tl.int32)
-        # Applied already: an earlier token lists the block more than `rank` times.
+        # Applied already: an earlier token lists the block more than `rank` times. Per listing, also
+        # which tokens get the page (their rows) and what they see of it: `whole` when every token
+        # of the tile gets it and sees all PAGE keys (the walk then masks nothing), `n_vis_f` the
+        # most keys any of them sees (the slots a load needs).
         applied_f = pos < 0
+        whole_f = live_f
+        n_vis_f = tl.zeros([PLAN], dtype=tl.int32)
         for tt in tl.static_range(BLOCK_T):
-            n_read_tt = tl.minimum(topk, tl.cdiv(tl.minimum(prefix + i0 + tt + 1, seq_len), PAGE))
+            kv_end_tt = tl.minimum(prefix + i0 + tt + 1, seq_len)
+            n_read_tt = tl.minimum(topk, tl.cdiv(kv_end_tt, PAGE))
             row_tt = tl.load(tile_topk_ptr + tt * stride_tk_t + offs_k * stride_tk_k,
                              mask=offs_k < tl.where(tt < n_tok, n_read_tt, 0), other=-1)
             listed = tl.sum((blk_f[:, None] == row_tt[None, :]).to(tl.int32), axis=1)
             applied_f = applied_f | ((te_f > tt) & (listed > rank_f))
+            gets = listed > rank_f
+            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)  # blk_f < tile_blocks: no wrap
+            whole_f = whole_f & ((tt >= n_tok) | (gets & (sees == PAGE)))
+            n_vis_f = tl.maximum(n_vis_f, tl.where(gets, sees, 0))
         first_f = live_f & ~applied_f
         plan_f = tl.cumsum(first_f.to(tl.int32), axis=0) - 1  # position in the walk
         n_plan = tl.sum(first_f.to(tl.int32), axis=0)
         pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
+        # One word per listing, so each step takes it with one reduction: page, block, whole.
+        key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
+        aux_f = (rank_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
         for j in range(0, n_plan):
             this = first_f & (plan_f == j)
-            blk = tl.sum(tl.where(this, blk_f, 0), axis=0)
-            rank = tl.sum(tl.where(this, rank_f, 0), axis=0)
-            page = tl.sum(tl.where(this, pages_f, 0), axis=0)
-            picks = tl.sum((sel_rows == blk).to(tl.int32), axis=1)  # [BLOCK_M] listings per row
-            n_vis_row = tl.where(picks > rank, kv_end_row - blk * PAGE, 0)
-            n_visible = tl.max(n_vis_row, axis=0)
+            key = tl.sum(tl.where(this, key_f, 0), axis=0)
+            page = (key >> 32).to(tl.int32)
+            blk = ((key >> 1) & 0x7FFFFFFF).to(tl.int32)
+            partial = (key & 1) == 0
+            rank = 0
+            n_visible = PAGE
+            if partial:
+                aux = tl.sum(tl.where(this, aux_f, 0), axis=0)
+                rank = aux >> 8
+                n_visible = aux & 0xFF
             for sub_i in tl.static_range(SUBTILES):
                 sub = tl.full([], sub_i * BLOCK_N, tl.int32)  # first slot of the slice
                 slot = sub + offs_n
@@ -181,13 +203,13 @@ def _msa_prefill_kernel(
                 if KV_UPCAST == 1:
                     k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
                 s = tl.dot(q, tl.trans(k.to(q.dtype)))
-                s = s * qk_scale
-                s = tl.where(slot[None, :] < n_vis_row[:, None], s, float("-inf"))
-                m_new = tl.maximum(m_i, tl.max(s, axis=1))
+                if partial:
+                    s = tl.where((tl.sum((sel_rows == blk).to(tl.int32), axis=1) > rank)[:, None] & (slot[None, :] < kv_end_row[:, None] - blk * PAGE), s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
                 # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
                 m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
                 alpha = tl.exp2(m_i - m_shift)
-                p = tl.exp2(s - m_shift[:, None])
+                p = tl.exp2(s * qk_scale - m_shift[:, None])
                 l_i = l_i * alpha + tl.sum(p, axis=1)
                 v = tl.load(
                     kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
@@ -270,4 +292,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '17848708eeb505faf065cd2ea91ea311be20c7be0dc235e58b40827a80b99ae8'
+INPUTS_SHA256 = '1b88b2029795107f74f61bf1f3346729acf8c8e345e1f1c216eda5f08e2f867b'

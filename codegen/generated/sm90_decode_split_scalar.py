@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: ec9e091501b302abf8c4cba7be8a309404fe95e49fac05e04da408b91a031bff
+# inputs-sha256: 4b76c8f81731f34409ea4f1d64fd4d925f260bcdf020b75411c4a62b05d0fb4f
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -317,4 +317,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'ec9e091501b302abf8c4cba7be8a309404fe95e49fac05e04da408b91a031bff'
+INPUTS_SHA256 = '4b76c8f81731f34409ea4f1d64fd4d925f260bcdf020b75411c4a62b05d0fb4f'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: ca46801d837c32ab27c74039bb73ff5948c10dcb4b8f8cbec85e9a84e79cf281
+# inputs-sha256: 015916a19f9b7b62b7c83d759ab67836b95d953ec7638e349fcb56f6c264f370
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -103,13 +103,13 @@ def _msa_prefill_kernel(
             if KV_UPCAST == 1:
                 k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
             s = tl.dot(q, tl.trans(k.to(q.dtype)))
-            s = s * qk_scale
-            s = tl.where(visible[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            if sub + BLOCK_N > n_visible:
+                s = tl.where(visible[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
             # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
             m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_shift)
-            p = tl.exp2(s - m_shift[:, None])
+            p = tl.exp2(s * qk_scale - m_shift[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
             if KV_TMA:
                 v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
@@ -120,12 +120,15 @@ def _msa_prefill_kernel(
             if KV_UPCAST == 1:
                 v = v.to(tl.float32)
             if V_CVT_ASM:
-                v = _e4m3_to_fp16(v)  # converted where it was loaded, so the transpose moves fp16
+                # Converted where it was loaded, so the transpose moves fp16; the slots no row sees are
+                # zeroed by the same asm (one AND a 4 keys' word), for a TMA box's sake (below).
+                v = _e4m3_to_fp16_keep(v, visible)
             v = v.to(q.dtype)
-            if KV_TMA:
+            if KV_TMA and not V_CVT_ASM:
                 # A TMA box also reads slots no row sees, which may hold anything, NaN included:
                 # p = 0 there, but 0 * NaN would reach the accumulator.
-                v = tl.where(visible[:, None], v, 0.0)
+                if sub + BLOCK_N > n_visible:
+                    v = tl.where(visible[:, None], v, 0.0)
             pv = tl.dot(p.to(q.dtype), v)
             acc = acc * alpha[:, None] + pv
             m_i = m_new
@@ -161,26 +164,43 @@ def _msa_prefill_kernel(
             earlier_col = tl.load(tile_topk_ptr + te_f * stride_tk_t + kk * stride_tk_k, mask=read_f & (ke_f > kk),
                                   other=-1)
             rank_f += (earlier_col == blk_f).to(tl.int32)
-        # Applied already: an earlier token lists the block more than `rank` times.
+        # Applied already: an earlier token lists the block more than `rank` times. Per listing, also
+        # which tokens get the page (their rows) and what they see of it: `whole` when every token
+        # of the tile gets it and sees all PAGE keys (the walk then masks nothing), `n_vis_f` the
+        # most keys any of them sees (the slots a load needs).
         applied_f = pos < 0
+        whole_f = live_f
+        n_vis_f = tl.zeros([PLAN], dtype=tl.int32)
         for tt in tl.static_range(BLOCK_T):
-            n_read_tt = tl.minimum(topk, tl.cdiv(tl.minimum(prefix + i0 + tt + 1, seq_len), PAGE))
+            kv_end_tt = tl.minimum(prefix + i0 + tt + 1, seq_len)
+            n_read_tt = tl.minimum(topk, tl.cdiv(kv_end_tt, PAGE))
             row_tt = tl.load(tile_topk_ptr + tt * stride_tk_t + offs_k * stride_tk_k,
                              mask=offs_k < tl.where(tt < n_tok, n_read_tt, 0), other=-1)
             listed = tl.sum((blk_f[:, None] == row_tt[None, :]).to(tl.int32), axis=1)
             applied_f = applied_f | ((te_f > tt) & (listed > rank_f))
+            gets = listed > rank_f
+            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)  # blk_f < tile_blocks: no wrap
+            whole_f = whole_f & ((tt >= n_tok) | (gets & (sees == PAGE)))
+            n_vis_f = tl.maximum(n_vis_f, tl.where(gets, sees, 0))
         first_f = live_f & ~applied_f
         plan_f = tl.cumsum(first_f.to(tl.int32), axis=0) - 1  # position in the walk
         n_plan = tl.sum(first_f.to(tl.int32), axis=0)
         pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
+        # One word per listing, so each step takes it with one reduction: page, block, whole.
+        key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
+        aux_f = (rank_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
         for j in range(0, n_plan):
             this = first_f & (plan_f == j)
-            blk = tl.sum(tl.where(this, blk_f, 0), axis=0)
-            rank = tl.sum(tl.where(this, rank_f, 0), axis=0)
-            page = tl.sum(tl.where(this, pages_f, 0), axis=0)
-            picks = tl.sum((sel_rows == blk).to(tl.int32), axis=1)  # [BLOCK_M] listings per row
-            n_vis_row = tl.where(picks > rank, kv_end_row - blk * PAGE, 0)
-            n_visible = tl.max(n_vis_row, axis=0)
+            key = tl.sum(tl.where(this, key_f, 0), axis=0)
+            page = (key >> 32).to(tl.int32)
+            blk = ((key >> 1) & 0x7FFFFFFF).to(tl.int32)
+            partial = (key & 1) == 0
+            rank = 0
+            n_visible = PAGE
+            if partial:
+                aux = tl.sum(tl.where(this, aux_f, 0), axis=0)
+                rank = aux >> 8
+                n_visible = aux & 0xFF
             for sub_i in tl.static_range(SUBTILES):
                 sub = tl.full([], sub_i * BLOCK_N, tl.int32)  # first slot of the slice
                 slot = sub + offs_n
@@ -194,13 +214,13 @@ def _msa_prefill_kernel(
                 if KV_UPCAST == 1:
                     k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
                 s = tl.dot(q, tl.trans(k.to(q.dtype)))
-                s = s * qk_scale
-                s = tl.where(slot[None, :] < n_vis_row[:, None], s, float("-inf"))
-                m_new = tl.maximum(m_i, tl.max(s, axis=1))
+                if partial:
+                    s = tl.where((tl.sum((sel_rows == blk).to(tl.int32), axis=1) > rank)[:, None] & (slot[None, :] < kv_end_row[:, None] - blk * PAGE), s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
                 # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
                 m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
                 alpha = tl.exp2(m_i - m_shift)
-                p = tl.exp2(s - m_shift[:, None])
+                p = tl.exp2(s * qk_scale - m_shift[:, None])
                 l_i = l_i * alpha + tl.sum(p, axis=1)
                 if KV_TMA:
                     v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
@@ -211,12 +231,15 @@ def _msa_prefill_kernel(
                 if KV_UPCAST == 1:
                     v = v.to(tl.float32)
                 if V_CVT_ASM:
-                    v = _e4m3_to_fp16(v)  # converted where it was loaded, so the transpose moves fp16
+                    # Converted where it was loaded, so the transpose moves fp16; the slots no row sees are
+                    # zeroed by the same asm (one AND a 4 keys' word), for a TMA box's sake (below).
+                    v = _e4m3_to_fp16_keep(v, cols)
                 v = v.to(q.dtype)
-                if KV_TMA:
+                if KV_TMA and not V_CVT_ASM:
                     # A TMA box also reads slots no row sees, which may hold anything, NaN included:
                     # p = 0 there, but 0 * NaN would reach the accumulator.
-                    v = tl.where(cols[:, None], v, 0.0)
+                    if partial:
+                        v = tl.where(cols[:, None], v, 0.0)
                 pv = tl.dot(p.to(q.dtype), v)
                 acc = acc * alpha[:, None] + pv
                 m_i = m_new
@@ -248,6 +271,38 @@ def _e4m3_to_fp16(x):
     return tl.inline_asm_elementwise(
         asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
         constraints="=r,=r,r", args=[x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=False, pack=4)
+
+
+@triton.jit
+def _e4m3_to_fp16_keep(x, keep):
+    """_e4m3_to_fp16 of a [keys, dims] tile, with the keys where `keep` [keys] is false set to 0: the
+    fp8 word is ANDed with the key's mask first, one instruction for four values instead of a select
+    per value. The four values of a word are neighbours along dims in the load layout (Triton keeps
+    the contiguous axis in a thread; tests/gpu's NaN-past-the-end test fails if that ever changes)."""
+    if _INTERPRETED:
+        return tl.where(keep[:, None], x.to(tl.float16), 0.0)
+    mask = tl.broadcast_to(tl.where(keep, -1, 0)[:, None], x.shape)
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b32 w; .reg .b16 lo, hi; and.b32 w, $2, $3; mov.b32 {lo, hi}, w; "
+            "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        constraints="=r,=r,r,r,r,r,r", args=[x.to(tl.uint8, bitcast=True), mask], dtype=tl.float16, is_pure=False,
+        pack=4)
+
+
+@triton.jit
+def _e4m3_to_fp16_scaled(x, keep, scale):
+    """_e4m3_to_fp16_keep with each key's values also multiplied by its fp16 `scale` [keys], as
+    f16x2 pairs (one rounding: the conversion itself is exact)."""
+    if _INTERPRETED:
+        return tl.where(keep[:, None], x.to(tl.float16) * scale[:, None], 0.0)
+    mask = tl.broadcast_to(tl.where(keep, -1, 0)[:, None], x.shape)
+    bits = scale.to(tl.uint16, bitcast=True).to(tl.uint32)
+    pair = tl.broadcast_to((bits | (bits << 16)).to(tl.int32, bitcast=True)[:, None], x.shape)
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b32 w; .reg .b16 lo, hi; and.b32 w, $2, $3; mov.b32 {lo, hi}, w; "
+            "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; mul.rn.f16x2 $0, $0, $7; mul.rn.f16x2 $1, $1, $7; }",
+        constraints="=r,=r,r,r,r,r,r,r,r,r,r", args=[x.to(tl.uint8, bitcast=True), mask, pair], dtype=tl.float16,
+        is_pure=False, pack=4)
 
 
 
@@ -308,4 +363,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'ca46801d837c32ab27c74039bb73ff5948c10dcb4b8f8cbec85e9a84e79cf281'
+INPUTS_SHA256 = '015916a19f9b7b62b7c83d759ab67836b95d953ec7638e349fcb56f6c264f370'

@@ -189,6 +189,27 @@ def test_decode_nan_past_the_sequence_gpu(arch, mode, kv_dtype, num_splits, fuse
     assert result.ok, f"{mode}: {result}"
 
 
+@pytest.mark.parametrize("mode,kv_dtype", [("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16")])
+@pytest.mark.parametrize("block_t,block_n,kv_upcast", [(1, 128, 3), (4, 128, 3), (4, 64, 2), (8, 64, 3)])
+def test_prefill_nan_past_the_sequence_gpu(arch, mode, kv_dtype, block_t, block_n, kv_upcast):
+    """As the decode test: prefill's TMA boxes read the slots past each request's end (NaN here). The
+    tiles zero them in V's fp8 -> fp16 conversion (kv_upcast 3) or with a select, only on the slices
+    some row sees in part; the per-token walk likewise."""
+    hq, hkv = LAYOUTS["tp1"]
+    case = cases.prefill_case(arch=arch, q_lens=[300, 77, 130], prefix_lens=[1000, 0, 4000], num_q_heads=hq,
+                              num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode, q_dtype=torch.bfloat16,
+                              device="cuda", seed=9, pattern="correlated")
+    expected = cases.run_reference(case, dtype=torch.float32)
+    case.poison_past_the_end()
+    case.poison()
+    config = LaunchConfig(block_t=block_t, block_n=block_n, num_warps=8 if block_t == 8 else 4,
+                          kv_upcast=kv_upcast if kv_dtype == "fp8" else 0)
+    out = cases.run_kernel(case, config=config, selection="tiled" if block_t > 1 else "per_token")
+    torch.cuda.synchronize()
+    result = compare(out, expected, torch.bfloat16)
+    assert result.ok, f"{mode}: {result}"
+
+
 def test_decode_unaligned_cache_takes_plain_loads_gpu(arch):
     """A cache view whose base is off 16 bytes (no TMA descriptor) gives the same results."""
     hq, hkv = LAYOUTS["tp4"]

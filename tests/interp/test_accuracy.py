@@ -119,6 +119,18 @@ def test_dropped_or_swapped_scale_is_caught(arch, kernel, mode):
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("block_t", [1, 4])
+def test_prefill_negative_k_scale(arch, block_t):
+    """Prefill takes row maxima of unscaled scores and applies the score scale in the exp2's FMA,
+    which needs a scale >= 0: a negative scalar k_scale (folded into that scale) flips the query
+    instead. Without that flip the maxima would be minima and the result wrong."""
+    case = cases.prefill_case(arch=arch, kv_dtype="fp8", scale_mode="scalar", seed=71,
+                              **PREFILL_SHAPES["correlated"], **SMALL)
+    case.args["k_scale"].neg_()
+    _check(case, arch, _config(arch, block_n=32, block_t=block_t))
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
 @pytest.mark.parametrize("kernel", ["prefill", "decode"])
 def test_unfolded_baseline(arch, kernel):
     """The seed's unfolded scalar rendering (the benchmark's baseline) computes the same function."""
