@@ -24,15 +24,28 @@ from codegen.shapes import HEAD_LAYOUTS  # noqa: E402
 _INSTR = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 
 
-def loops(text: str) -> list[tuple[int, int, collections.Counter]]:
-    """(start, end, opcode counts) of every backward branch's range."""
+def _opcode(ins: str) -> str:
+    return re.sub(r"^@!?U?P\w+\s+", "", ins).split()[0]
+
+
+def loops(text: str, skip_branches: bool = False) -> list[tuple[int, int, collections.Counter]]:
+    """(start, end, opcode counts) of every backward branch's range. skip_branches: leave out the
+    instructions a forward branch inside the range jumps over (the path on which every such
+    branch is taken: in the prefill walk, a slice that every row sees whole)."""
     instrs = [(int(m.group(1), 16), m.group(2)) for m in map(_INSTR.match, text.splitlines()) if m]
     found = []
     for addr, ins in instrs:
         branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", ins)
         if branch and int(branch.group(1), 16) < addr:
             start = int(branch.group(1), 16)
-            ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0] for a, i in instrs if start <= a <= addr)
+            skipped = []
+            if skip_branches:
+                for a, i in instrs:
+                    jump = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", i)
+                    if start <= a < addr and jump and a < int(jump.group(1), 16) <= addr:
+                        skipped.append((a, int(jump.group(1), 16)))
+            ops = collections.Counter(_opcode(i) for a, i in instrs
+                                      if start <= a <= addr and not any(lo < a < hi for lo, hi in skipped))
             found.append((start, addr, ops))
     return found
 
@@ -45,6 +58,8 @@ def main(argv=None) -> int:
     parser.add_argument("config", help="LaunchConfig fields as JSON")
     parser.add_argument("--kv-dtype", default=None, help="default: fp8, bf16 for scale mode none")
     parser.add_argument("--top", type=int, default=12, help="opcodes shown per loop")
+    parser.add_argument("--skip-branches", action="store_true",
+                        help="count the path on which every forward branch inside a loop is taken")
     args = parser.parse_args(argv)
     from codegen.static.compile import compile_asm, cuobjdump
     from codegen.static.launch import launches_for
@@ -53,7 +68,7 @@ def main(argv=None) -> int:
     kv_dtype = args.kv_dtype or ("bf16" if args.scale_mode == "none" else "fp8")
     hq, hkv = HEAD_LAYOUTS[args.layout]
     launch = launches_for("sm90", args.kernel, args.scale_mode, kv_dtype, hq, hkv, config)[0]
-    for start, end, ops in loops(cuobjdump(compile_asm(launch, "cubin"), "-sass")):
+    for start, end, ops in loops(cuobjdump(compile_asm(launch, "cubin"), "-sass"), args.skip_branches):
         full = sum(ops.values())
         shown = ", ".join(f"{op} {n}" for op, n in ops.most_common(args.top))
         print(f"loop {start:#06x}-{end:#06x}: {full:5d} instructions  ({shown})")

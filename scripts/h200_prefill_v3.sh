@@ -6,7 +6,9 @@
 #                                            #   the previous main (.before, carried) over small config grids,
 #                                            #   then the prefill GPU tests
 #   bash scripts/h200_prefill_v3.sh retune   # ~500 s: every prefill bucket, tiled and per-token, over
-#                                            #   scripts/h200_prefill_candidates_v3.json (.whl carried)
+#                                            #   scripts/h200_prefill_candidates_v3.json (.whl carried); it
+#                                            #   resumes the study of tune_studies/; PREFILL_BUCKETS=8192,2048
+#                                            #   tunes those buckets only
 #   bash scripts/h200_prefill_v3.sh grid     # ~550 s: the prefill grid (1x8k, 4x2k, 1x2k rows) after, then
 #                                            #   before (.before carried), then the prefill GPU tests
 # .before = the previous main:
@@ -34,6 +36,7 @@ case $STAGE in
     start=$(date +%s)
     timeout -k 10 $(( ${TUNE_S:-470} + 60 )) python3 tune.py --kernels prefill \
       --candidates @scripts/h200_prefill_candidates_v3.json --trials 5 --precompile-workers 12 \
+      ${PREFILL_BUCKETS:+--prefill-buckets $PREFILL_BUCKETS} \
       --time-budget "${TUNE_S:-470}" > "$OUT/tune_prefill.log" 2>&1
     echo "tune rc=$? in $(( $(date +%s) - start )) s"; grep "msa-tune:" "$OUT/tune_prefill.log" | tail -4
     cp tuned_configs/sm90__NVIDIA_H200.json "$OUT/"
