@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: ad874f6ae691bb248ff3625f88f83f5b167829ac18799de7f0ac3b8a1d2491eb
+# inputs-sha256: f95c8961f913850d29d791769eb546e12bacc9d46c11debdfe9d14437522ec33
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -166,7 +166,8 @@ def _msa_prefill_kernel(
             listed = tl.sum((blk_f[:, None] == row_tt[None, :]).to(tl.int32), axis=1)
             applied_f = applied_f | ((te_f > tt) & (listed > rank_f))
             gets = listed > rank_f
-            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)  # blk_f < tile_blocks: no wrap
+            # Read for live listings only, whose blocks are < tile_blocks (no int32 wrap in blk_f * PAGE).
+            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)
             whole_f = whole_f & ((tt >= n_tok) | (gets & (sees == PAGE)))
             n_vis_f = tl.maximum(n_vis_f, tl.where(gets, sees, 0))
         first_f = live_f & ~applied_f
@@ -285,4 +286,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'ad874f6ae691bb248ff3625f88f83f5b167829ac18799de7f0ac3b8a1d2491eb'
+INPUTS_SHA256 = 'f95c8961f913850d29d791769eb546e12bacc9d46c11debdfe9d14437522ec33'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 89a7e6090fc856e5374f8185ff23b6f5fb7c4a99e3f4266d93ad19a35accf460
+# inputs-sha256: b5e1d0b56dabcef21c200e858b816bd4e51e0e223a1c4741597e45c6e666aea6
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -195,7 +195,8 @@ def _msa_prefill_kernel(
             listed = tl.sum((blk_f[:, None] == row_tt[None, :]).to(tl.int32), axis=1)
             applied_f = applied_f | ((te_f > tt) & (listed > rank_f))
             gets = listed > rank_f
-            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)  # blk_f < tile_blocks: no wrap
+            # Read for live listings only, whose blocks are < tile_blocks (no int32 wrap in blk_f * PAGE).
+            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)
             whole_f = whole_f & ((tt >= n_tok) | (gets & (sees == PAGE)))
             n_vis_f = tl.maximum(n_vis_f, tl.where(gets, sees, 0))
         first_f = live_f & ~applied_f
@@ -340,4 +341,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '89a7e6090fc856e5374f8185ff23b6f5fb7c4a99e3f4266d93ad19a35accf460'
+INPUTS_SHA256 = 'b5e1d0b56dabcef21c200e858b816bd4e51e0e223a1c4741597e45c6e666aea6'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: e33b2cf382cbbc517ccc545eaf078ca447826fe7bf813f516d54c3cedfaff72c
+# inputs-sha256: 170ee09fef9216256c1d9417cb1dca6ee12e885687364d6ec18a5d356dc7d0ed
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -173,7 +173,8 @@ def _msa_prefill_kernel(
             listed = tl.sum((blk_f[:, None] == row_tt[None, :]).to(tl.int32), axis=1)
             applied_f = applied_f | ((te_f > tt) & (listed > rank_f))
             gets = listed > rank_f
-            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)  # blk_f < tile_blocks: no wrap
+            # Read for live listings only, whose blocks are < tile_blocks (no int32 wrap in blk_f * PAGE).
+            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)
             whole_f = whole_f & ((tt >= n_tok) | (gets & (sees == PAGE)))
             n_vis_f = tl.maximum(n_vis_f, tl.where(gets, sees, 0))
         first_f = live_f & ~applied_f
@@ -294,4 +295,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'e33b2cf382cbbc517ccc545eaf078ca447826fe7bf813f516d54c3cedfaff72c'
+INPUTS_SHA256 = '170ee09fef9216256c1d9417cb1dca6ee12e885687364d6ec18a5d356dc7d0ed'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 822640c6668019ccb7ac1deb23bf1e2217f5a394ac46d00015bb1ff02425441d
+# inputs-sha256: 003c34e12d45dff5ce0802f84bda84837c30aee6adead9423f8b95c34856b2af
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -209,7 +209,8 @@ def _msa_prefill_kernel(
             listed = tl.sum((blk_f[:, None] == row_tt[None, :]).to(tl.int32), axis=1)
             applied_f = applied_f | ((te_f > tt) & (listed > rank_f))
             gets = listed > rank_f
-            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)  # blk_f < tile_blocks: no wrap
+            # Read for live listings only, whose blocks are < tile_blocks (no int32 wrap in blk_f * PAGE).
+            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)
             whole_f = whole_f & ((tt >= n_tok) | (gets & (sees == PAGE)))
             n_vis_f = tl.maximum(n_vis_f, tl.where(gets, sees, 0))
         first_f = live_f & ~applied_f
@@ -418,4 +419,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '822640c6668019ccb7ac1deb23bf1e2217f5a394ac46d00015bb1ff02425441d'
+INPUTS_SHA256 = '003c34e12d45dff5ce0802f84bda84837c30aee6adead9423f8b95c34856b2af'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 76f1872e89ed7ae5ef94a10fc17f38478bac9daa589ddbcb1121e26b81fee800
+# inputs-sha256: 3fa86ecb7723059f13155e1f6f0eed2ee5d5fff2c585d05a795be0b018f9e2a8
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -187,7 +187,8 @@ def _msa_prefill_kernel(
             listed = tl.sum((blk_f[:, None] == row_tt[None, :]).to(tl.int32), axis=1)
             applied_f = applied_f | ((te_f > tt) & (listed > rank_f))
             gets = listed > rank_f
-            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)  # blk_f < tile_blocks: no wrap
+            # Read for live listings only, whose blocks are < tile_blocks (no int32 wrap in blk_f * PAGE).
+            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)
             whole_f = whole_f & ((tt >= n_tok) | (gets & (sees == PAGE)))
             n_vis_f = tl.maximum(n_vis_f, tl.where(gets, sees, 0))
         first_f = live_f & ~applied_f
@@ -374,4 +375,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '76f1872e89ed7ae5ef94a10fc17f38478bac9daa589ddbcb1121e26b81fee800'
+INPUTS_SHA256 = '3fa86ecb7723059f13155e1f6f0eed2ee5d5fff2c585d05a795be0b018f9e2a8'
