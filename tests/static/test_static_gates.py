@@ -323,6 +323,26 @@ def test_page_loops_prefetch(kernel, fields):
     assert copies(3) > copies(1)
 
 
+@pytest.mark.parametrize("mode", ["scalar", "per_token_head"])
+@pytest.mark.parametrize("block_t,block_n", [(1, 128), (4, 128), (8, 64)])
+def test_masked_v_conversion_packs_one_key_per_word(mode, block_t, block_n):
+    """Prefill's V conversions that also zero keys (_e4m3_to_fp16_keep / _scaled) AND each 4-value fp8
+    word with the mask of one key: the asm's operand layout must keep the head dim innermost, at least
+    4 values a thread, so that a word never holds two keys. (The GPU's NaN-past-the-end test checks the
+    same by its result; this fails on the CPU, at a Triton upgrade that changes the layout.)"""
+    config = LaunchConfig(block_t=block_t, block_n=block_n, num_warps=4, num_stages=2, kv_upcast=3, kv_tma=1)
+    ttgir = static.compile_asm(static.launches_for("sm90", "prefill", mode, "fp8", 64, 4, config)[0], "ttgir")
+    layouts = dict(re.findall(r"^(#\w+) = (#ttg\.blocked<.*>)$", ttgir, re.M))
+    masked = re.findall(r"tt\.elementwise_inline_asm \"[^\"]*and\.b32 w, \$2, \$3[^\"]*\".*?: tensor<\d+x\d+xi8, (#\w+)>",
+                        ttgir)
+    assert masked, "no masked V conversion in the kernel"
+    for name in masked:
+        layout = layouts[name]
+        per_thread = [int(x) for x in re.search(r"sizePerThread = \[(\d+), (\d+)\]", layout).groups()]
+        order = [int(x) for x in re.search(r"order = \[(\d+), (\d+)\]", layout).groups()]
+        assert order[0] == 1 and per_thread[1] % 4 == 0, f"{name} = {layout}: a packed word may span keys"
+
+
 @pytest.mark.parametrize("kernel,fields", [("decode", dict(num_warps=2)), ("prefill", dict(block_t=1))],
                          ids=["decode", "prefill_per_token"])
 def test_v_is_converted_before_its_transpose(kernel, fields):
