@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: f95c8961f913850d29d791769eb546e12bacc9d46c11debdfe9d14437522ec33
+# inputs-sha256: 6a17793e95c4733634eef59cc85d447b737bd2cc62a88d54caa50d68f8d0fe0e
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -176,6 +176,7 @@ def _msa_prefill_kernel(
         pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
         # One word per listing, so each step takes it with one reduction: page, block, whole.
         key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
+        tl.static_assert(PAGE < 256, "aux_f holds a visible length in 8 bits")
         aux_f = (rank_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
         for j in range(0, n_plan):
             this = first_f & (plan_f == j)
@@ -286,4 +287,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'f95c8961f913850d29d791769eb546e12bacc9d46c11debdfe9d14437522ec33'
+INPUTS_SHA256 = '6a17793e95c4733634eef59cc85d447b737bd2cc62a88d54caa50d68f8d0fe0e'

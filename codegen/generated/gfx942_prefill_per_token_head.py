@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: b5e1d0b56dabcef21c200e858b816bd4e51e0e223a1c4741597e45c6e666aea6
+# inputs-sha256: e4520477fd736c4d059b6aa60b716bdfa92f0bf76a6e405b3afaaf6095d81fb0
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -205,6 +205,7 @@ def _msa_prefill_kernel(
         pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
         # One word per listing, so each step takes it with one reduction: page, block, whole.
         key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
+        tl.static_assert(PAGE < 256, "aux_f holds a visible length in 8 bits")
         aux_f = (rank_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
         for j in range(0, n_plan):
             this = first_f & (plan_f == j)
@@ -341,4 +342,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'b5e1d0b56dabcef21c200e858b816bd4e51e0e223a1c4741597e45c6e666aea6'
+INPUTS_SHA256 = 'e4520477fd736c4d059b6aa60b716bdfa92f0bf76a6e405b3afaaf6095d81fb0'

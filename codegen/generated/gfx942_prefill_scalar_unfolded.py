@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: edbedf7286c9b245dfd6b87923cff21a41716d60cb8ccbb7db3639ceaea43405
+# inputs-sha256: 9619d7f381d2603299d47e86500df6b607daf0c24e757f773eb12a871adf4664
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -182,6 +182,7 @@ def _msa_prefill_kernel(
         pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
         # One word per listing, so each step takes it with one reduction: page, block, whole.
         key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
+        tl.static_assert(PAGE < 256, "aux_f holds a visible length in 8 bits")
         aux_f = (rank_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
         for j in range(0, n_plan):
             this = first_f & (plan_f == j)
@@ -295,4 +296,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'edbedf7286c9b245dfd6b87923cff21a41716d60cb8ccbb7db3639ceaea43405'
+INPUTS_SHA256 = '9619d7f381d2603299d47e86500df6b607daf0c24e757f773eb12a871adf4664'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: e272c22be8d772aea4d67a8319f91ed1a4d7c9a4d9c3761a105b59ad57ca0bb4
+# inputs-sha256: d1b255bbdbbfe0bd023e0a407321ad6ab4b6a41a9757d479297165b7f42216c4
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -198,6 +198,7 @@ def _msa_prefill_kernel(
         pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
         # One word per listing, so each step takes it with one reduction: page, block, whole.
         key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
+        tl.static_assert(PAGE < 256, "aux_f holds a visible length in 8 bits")
         aux_f = (rank_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
         for j in range(0, n_plan):
             this = first_f & (plan_f == j)
@@ -375,4 +376,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'e272c22be8d772aea4d67a8319f91ed1a4d7c9a4d9c3761a105b59ad57ca0bb4'
+INPUTS_SHA256 = 'd1b255bbdbbfe0bd023e0a407321ad6ab4b6a41a9757d479297165b7f42216c4'

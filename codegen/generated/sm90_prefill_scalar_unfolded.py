@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 3fa86ecb7723059f13155e1f6f0eed2ee5d5fff2c585d05a795be0b018f9e2a8
+# inputs-sha256: 0317dba060cc892317fcba13da5c7b72e826c594d9b9f69931e4e9fe305bf530
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -197,6 +197,7 @@ def _msa_prefill_kernel(
         pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
         # One word per listing, so each step takes it with one reduction: page, block, whole.
         key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
+        tl.static_assert(PAGE < 256, "aux_f holds a visible length in 8 bits")
         aux_f = (rank_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
         for j in range(0, n_plan):
             this = first_f & (plan_f == j)
@@ -375,4 +376,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '3fa86ecb7723059f13155e1f6f0eed2ee5d5fff2c585d05a795be0b018f9e2a8'
+INPUTS_SHA256 = '0317dba060cc892317fcba13da5c7b72e826c594d9b9f69931e4e9fe305bf530'
