@@ -42,13 +42,7 @@ case $STAGE in
     cp tuned_configs/sm90__NVIDIA_H200.json "$OUT/"
     gzip -c tune_studies/sm90__NVIDIA_H200.db > "$OUT/sm90__NVIDIA_H200.db.gz" ;;
   grid)
-    bench() {  # tree, name, seconds
-      (cd "$1" && timeout -k 10 "$3" python3 benchmarks/bench.py --configs runtime --filter 1x8k 4x2k 1x2k \
-         --out "/tmp/bench_$2" > "$OUT/bench_$2.log" 2>&1)
-      echo "bench $2 rc=$?"; cp "/tmp/bench_$2/bench.json" "$OUT/bench_$2.json" 2>/dev/null
-    }
-    bench . after "${BENCH_S:-200}"
-    bench .before before "${BENCH_S:-200}"
+    PREFILL_FILTER="1x8k 4x2k 1x2k" BENCH_S="${BENCH_S:-200}" TESTS_S=0 bash scripts/h200_prefill_grid.sh
     gpu_tests ;;
   *) echo "stage: expected probe, retune or grid, got $STAGE" >&2; exit 2 ;;
 esac

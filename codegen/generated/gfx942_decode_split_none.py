@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_none (arch=gfx942, kernel=decode_split, scale_mode=none)
-# inputs-sha256: bfb9f2c0e933b2e0ddac1d4a637447d0928b9b3a770c65978480bdec2706155a
+# inputs-sha256: a173bcadcff40d6ad3cd481f5f25b597e24758c84760321397ea8087f28cfa0c
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -272,4 +272,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'bfb9f2c0e933b2e0ddac1d4a637447d0928b9b3a770c65978480bdec2706155a'
+INPUTS_SHA256 = 'a173bcadcff40d6ad3cd481f5f25b597e24758c84760321397ea8087f28cfa0c'

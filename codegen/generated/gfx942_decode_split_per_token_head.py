@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_per_token_head (arch=gfx942, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 82a44e12f68715239425a4ff264b9efe376e65a72f913b9c4c3f0b1d12d49af9
+# inputs-sha256: 6a25bdd37848e35abb24f25568ecd28048776ebae69b7968a9a8b2e50608a5f9
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -293,4 +293,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '82a44e12f68715239425a4ff264b9efe376e65a72f913b9c4c3f0b1d12d49af9'
+INPUTS_SHA256 = '6a25bdd37848e35abb24f25568ecd28048776ebae69b7968a9a8b2e50608a5f9'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 058db6b6550148266b558ad94f1dfb11ceb01fc12739504ec518ee32ac467f05
+# inputs-sha256: a8bc0fd3d5d20a69ce4cbaab7253ff0b8befd8d65d2f205860234ba102f52b92
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -281,4 +281,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '058db6b6550148266b558ad94f1dfb11ceb01fc12739504ec518ee32ac467f05'
+INPUTS_SHA256 = 'a8bc0fd3d5d20a69ce4cbaab7253ff0b8befd8d65d2f205860234ba102f52b92'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 59c94fdc6415816f57683c073728f13c54ba75748ae21490cc06fff076fb3907
+# inputs-sha256: 66f44d4e23d8cf295b51766686a89c857169b526eff2d940da324a573615f086
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -279,4 +279,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '59c94fdc6415816f57683c073728f13c54ba75748ae21490cc06fff076fb3907'
+INPUTS_SHA256 = '66f44d4e23d8cf295b51766686a89c857169b526eff2d940da324a573615f086'

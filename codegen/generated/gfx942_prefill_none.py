@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: 6a17793e95c4733634eef59cc85d447b737bd2cc62a88d54caa50d68f8d0fe0e
+# inputs-sha256: 816273b9f35845e793ca066f53e71282723ad8495b72f7d7dcb568b1890df0ca
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -287,4 +287,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '6a17793e95c4733634eef59cc85d447b737bd2cc62a88d54caa50d68f8d0fe0e'
+INPUTS_SHA256 = '816273b9f35845e793ca066f53e71282723ad8495b72f7d7dcb568b1890df0ca'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: e4520477fd736c4d059b6aa60b716bdfa92f0bf76a6e405b3afaaf6095d81fb0
+# inputs-sha256: bbb4f01060c140a508430ef355c5d20c0d4315106a30034caba1b996049c32ed
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -342,4 +342,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'e4520477fd736c4d059b6aa60b716bdfa92f0bf76a6e405b3afaaf6095d81fb0'
+INPUTS_SHA256 = 'bbb4f01060c140a508430ef355c5d20c0d4315106a30034caba1b996049c32ed'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 0324ece7dbe2da7f88222a9fe0ea65cd5f58c881a52d3cd88f472caacd7ff343
+# inputs-sha256: 6d981d59a44b7053fa32c9281252226968fa59ecd78cf2ee23e517133e0d3e9d
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -296,4 +296,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '0324ece7dbe2da7f88222a9fe0ea65cd5f58c881a52d3cd88f472caacd7ff343'
+INPUTS_SHA256 = '6d981d59a44b7053fa32c9281252226968fa59ecd78cf2ee23e517133e0d3e9d'

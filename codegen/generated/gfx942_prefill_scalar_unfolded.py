@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 9619d7f381d2603299d47e86500df6b607daf0c24e757f773eb12a871adf4664
+# inputs-sha256: 0bd7a62edb6df256a934cd0ed7b58d27075e418daab3cf034a2a360c2303aaff
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -296,4 +296,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '9619d7f381d2603299d47e86500df6b607daf0c24e757f773eb12a871adf4664'
+INPUTS_SHA256 = '0bd7a62edb6df256a934cd0ed7b58d27075e418daab3cf034a2a360c2303aaff'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: e28c59f5ffd86f48459cde20d88c60b8c5070916adcbc68b4b2426a78cc054fd
+# inputs-sha256: 0a22b3a16dd7ab335feb1b17185409a44eb0f589c544930f1ba6766e7dde6898
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -308,4 +308,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'e28c59f5ffd86f48459cde20d88c60b8c5070916adcbc68b4b2426a78cc054fd'
+INPUTS_SHA256 = '0a22b3a16dd7ab335feb1b17185409a44eb0f589c544930f1ba6766e7dde6898'

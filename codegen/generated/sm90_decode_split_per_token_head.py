@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 2e37ed63d22c8511f747f27f3d8a5976688ebcd7c76eb1ab488435d4ae6baf17
+# inputs-sha256: a5440a3e6448e3ca49ff77b4acb2c13eb8469316fb88e8b176b4e6eb82ce49bd
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -329,4 +329,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '2e37ed63d22c8511f747f27f3d8a5976688ebcd7c76eb1ab488435d4ae6baf17'
+INPUTS_SHA256 = 'a5440a3e6448e3ca49ff77b4acb2c13eb8469316fb88e8b176b4e6eb82ce49bd'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 4b76c8f81731f34409ea4f1d64fd4d925f260bcdf020b75411c4a62b05d0fb4f
+# inputs-sha256: ed1be8e1b884f451968a2f978cfe730d7551acd446a4f2977ab36b92a635f719
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -317,4 +317,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '4b76c8f81731f34409ea4f1d64fd4d925f260bcdf020b75411c4a62b05d0fb4f'
+INPUTS_SHA256 = 'ed1be8e1b884f451968a2f978cfe730d7551acd446a4f2977ab36b92a635f719'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar_unfolded (arch=sm90, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 8bf0eea7b15e7666405406cb7d02a9a83989394063de723f439437bc95f5372c
+# inputs-sha256: eeaa98a02e46c430d1ec6a5ee53f07deefa050a40072e3019bbdb6f58ee86f9a
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -315,4 +315,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     )
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '8bf0eea7b15e7666405406cb7d02a9a83989394063de723f439437bc95f5372c'
+INPUTS_SHA256 = 'eeaa98a02e46c430d1ec6a5ee53f07deefa050a40072e3019bbdb6f58ee86f9a'

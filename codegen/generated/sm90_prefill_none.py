@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: a93a8ea5f096e00c9de467a70c0f8c3c3f8fae138d9d04725d1b54e09de18c5d
+# inputs-sha256: c60c59a512a9cd11df792801f6e62aa38310ef02b2ab153c2a63a65f737af34b
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -367,4 +367,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'a93a8ea5f096e00c9de467a70c0f8c3c3f8fae138d9d04725d1b54e09de18c5d'
+INPUTS_SHA256 = 'c60c59a512a9cd11df792801f6e62aa38310ef02b2ab153c2a63a65f737af34b'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 4141994cdb59d865c22fbd57a1069b6f23709400a8c951dfd615ee26658a5e80
+# inputs-sha256: d88f7db051d4f2127d56c717b853911b8942dae337ae15d8ccd72a6fca1bf3c5
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -153,7 +153,8 @@ def _msa_prefill_kernel(
                     v = v.to(tl.float32)
             v = v.to(q.dtype)
             if KV_TMA and not V_CVT_ASM:
-                # A TMA box also reads slots no row sees, which may hold anything, NaN included.
+                # A TMA box also reads slots no row sees, which may hold anything, NaN included:
+                # p = 0 there, but 0 * NaN would reach the accumulator.
                 if sub + BLOCK_N > n_visible:
                     v = tl.where(visible[:, None], v, 0.0)
             if KV_UPCAST == 2:
@@ -289,7 +290,8 @@ def _msa_prefill_kernel(
                         v = v.to(tl.float32)
                 v = v.to(q.dtype)
                 if KV_TMA and not V_CVT_ASM:
-                    # A TMA box also reads slots no row sees, which may hold anything, NaN included.
+                    # A TMA box also reads slots no row sees, which may hold anything, NaN included:
+                    # p = 0 there, but 0 * NaN would reach the accumulator.
                     if partial:
                         v = tl.where(cols[:, None], v, 0.0)
                 if KV_UPCAST == 2:
@@ -420,4 +422,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '4141994cdb59d865c22fbd57a1069b6f23709400a8c951dfd615ee26658a5e80'
+INPUTS_SHA256 = 'd88f7db051d4f2127d56c717b853911b8942dae337ae15d8ccd72a6fca1bf3c5'

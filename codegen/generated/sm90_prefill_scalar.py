@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: d1b255bbdbbfe0bd023e0a407321ad6ab4b6a41a9757d479297165b7f42216c4
+# inputs-sha256: 8156f5c932a756a100f19b2f4509db3984de91689016a66bf97e943bc56c90f3
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -376,4 +376,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = 'd1b255bbdbbfe0bd023e0a407321ad6ab4b6a41a9757d479297165b7f42216c4'
+INPUTS_SHA256 = '8156f5c932a756a100f19b2f4509db3984de91689016a66bf97e943bc56c90f3'

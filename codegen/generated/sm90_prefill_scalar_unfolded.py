@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 0317dba060cc892317fcba13da5c7b72e826c594d9b9f69931e4e9fe305bf530
+# inputs-sha256: 04b6ccc4aeceff1ac3fe617b26f245fcfb3223da14c1c4091ad54be48ef52150
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -376,4 +376,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     )
     return output
 
-INPUTS_SHA256 = '0317dba060cc892317fcba13da5c7b72e826c594d9b9f69931e4e9fe305bf530'
+INPUTS_SHA256 = '04b6ccc4aeceff1ac3fe617b26f245fcfb3223da14c1c4091ad54be48ef52150'
