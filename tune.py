@@ -62,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--patience", type=int, default=None,
                    help="stop a bucket's search after this many evaluated trials in a row that did not beat its "
                         "best by more than 1%% (default: off, every bucket runs --trials)")
+    p.add_argument("--full-search", default="2",
+                   help="per table and launch path, the first N buckets of the grid's order (the ends of the token "
+                        "range) search the whole space; each later bucket measures only the default and the "
+                        "--leaders fastest configs of each of those studies (plus its --seed-from config). 'all': "
+                        "every bucket searches the whole space (default %(default)s)")
+    p.add_argument("--leaders", type=int, default=4,
+                   help="configs a bucket takes from each full search of its table (default %(default)s)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds for the whole run; the rest resumes later")
     p.add_argument("--margin", type=float, default=0.03, help="min confirmed gain over the default (default 3%%)")
     p.add_argument("--trial-timeout", type=float, default=180, help="seconds before a trial counts as hung")
@@ -111,6 +118,15 @@ def _check(args) -> None:
     A.at_least("--trials", args.trials, 1, what="an integer")
     if args.patience is not None:
         A.at_least("--patience", args.patience, 1, what="an integer")
+    if args.full_search == "all":
+        args.full_search = None
+    else:
+        try:
+            args.full_search = int(args.full_search)
+        except ValueError:
+            raise ValueError(f"--full-search: expected an integer >= 1 or 'all', got {args.full_search!r}") from None
+        A.at_least("--full-search", args.full_search, 1, what="an integer or 'all'")
+    A.at_least("--leaders", args.leaders, 1, what="an integer")
     if not head_dim_ok(args.head_dim):
         raise ValueError(f"--head-dim: expected {HEAD_DIM_RULE}, got {args.head_dim}")
     A.at_least("--topk", args.topk, 1, what="an integer")
@@ -338,6 +354,7 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
     if workers is None:
         workers = 0 if args.interpret else max(1, min(12, (os.cpu_count() or 2) - 2))
     settings = TuneSettings(storage=storage, trials=args.trials, patience=args.patience, bucket_time_s=args.bucket_time,
+                            full_search=args.full_search, leaders=args.leaders,
                             margin=args.margin,
                             trial_timeout_s=args.trial_timeout, interpret=args.interpret,
                             precompile_workers=workers, runner=args.runner or DEFAULT_RUNNER,

@@ -9,6 +9,7 @@ import time
 from ..loader import current_inputs_sha256
 from .settings import BUSY, BucketResult
 from .study import tune_bucket
+from .transfer import anchors_by_bucket, table_leaders
 
 
 def tune_grid(grid, settings, state, worker, preparer, publisher, log=print, results=None) -> list[BucketResult]:
@@ -18,6 +19,7 @@ def tune_grid(grid, settings, state, worker, preparer, publisher, log=print, res
     results = [] if results is None else results
     pending = list(enumerate(grid, 1))
     announced: set[int] = set()
+    anchors = anchors_by_bucket(grid, settings.full_search)
     while pending:
         progressed = False
         for item in list(pending):
@@ -28,10 +30,15 @@ def tune_grid(grid, settings, state, worker, preparer, publisher, log=print, res
             if i not in announced:
                 announced.add(i)
                 log(f"[{i}/{len(grid)}] {bucket.label}")
-            outcome = tune_bucket(bucket, bucket.study_name(inputs, publisher.versions["triton"]), settings, worker,
+            triton_version = publisher.versions["triton"]
+            leaders = None
+            if bucket in anchors:  # anchors share the bucket's table, so its template inputs
+                leaders = functools.partial(table_leaders, [a.study_name(inputs, triton_version) for a in anchors[bucket]],
+                                            settings.leaders, state)
+            outcome = tune_bucket(bucket, bucket.study_name(inputs, triton_version), settings, worker,
                                   preparer, log=log, state=state,
                                   publish=functools.partial(publisher.write, inputs=inputs, log=log),
-                                  neighbours=functools.partial(publisher.neighbours, bucket))
+                                  neighbours=functools.partial(publisher.neighbours, bucket), leaders=leaders)
             if outcome == BUSY:
                 continue
             pending.remove(item)

@@ -31,13 +31,26 @@ def seed(study, bucket: Bucket, space_keys: set[str], neighbours=None, seeds=())
                             skip_if_exists=True)
 
 
-def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None) -> tuple:
+def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None, leaders=None) -> tuple | None:
     """(study, space, exhaustive) of a bucket, created or loaded once per worker and seeded once
     per study. exhaustive: the space is no larger than the trial budget, so every point is queued
-    rather than sampled. A per-token study searches the twins (block_t 1) of --candidates."""
+    rather than sampled. A per-token study searches the twins (block_t 1) of --candidates.
+    `leaders` (transfer.py): a function returning the configs this bucket's space is limited to
+    (plus the default), or None while the studies they come from are unfinished; open_study then
+    returns None (the bucket waits)."""
     if study_name in state.studies:
         return state.studies[study_name]
-    if settings.candidates is not None:
+    seeds = dict((settings.seed_configs or {}).get((bucket.table_key, bucket.path), []))  # tokens -> config
+    seeds = [seeds[tokens] for tokens in buckets_by_distance(seeds, bucket.tokens)]  # nearest first, as the loader
+    transferred = None
+    if settings.candidates is None and leaders is not None:
+        transferred = leaders()
+        if transferred is None:
+            return None
+    if transferred is not None:  # the default, the leaders and the --seed-from config nearest this bucket
+        space = list({config_key(c): c for c in [default_for(bucket)]
+                      + [normalize(for_path(c, bucket.path)) for c in transferred + seeds[:1]]}.values())
+    elif settings.candidates is not None:
         listed = settings.candidates
         if isinstance(listed, dict):  # lists by table (e.g. each table's winners before a kernel change)
             listed = listed.get(bucket.table_key, [])
@@ -58,8 +71,6 @@ def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None
                                           n_startup_trials=max(5, settings.trials // 4)))
     study = optuna.create_study(study_name=study_name, storage=state.storage, direction="minimize", sampler=sampler,
                                 load_if_exists=True)
-    seeds = dict((settings.seed_configs or {}).get((bucket.table_key, bucket.path), []))  # tokens -> config
-    seeds = [seeds[tokens] for tokens in buckets_by_distance(seeds, bucket.tokens)]  # nearest first, as the loader
     seed(study, bucket, {config_key(c) for c in space}, neighbours, seeds)
     if study.user_attrs.get("heartbeat_s") != settings.heartbeat_s:  # for `msa-tune status`: when a beat is stale
         study.set_user_attr("heartbeat_s", settings.heartbeat_s)

@@ -21,6 +21,10 @@ class TuneSettings:
     storage: str
     trials: int = 40  # evaluated configs per bucket (duplicates not counted)
     patience: int | None = None  # stop a bucket after this many evaluated trials in a row without a better one
+    # Per table and path, the first full_search buckets search the whole space; later ones only the
+    # default and the `leaders` fastest configs of each of those studies (transfer.py). None: all search.
+    full_search: int | None = None
+    leaders: int = 4
     bucket_time_s: float = 300.0  # per worker and bucket
     deadline: float | None = None  # time.monotonic() after which no new trial starts
     margin: float = 0.03  # a config replaces the default only when this much faster on confirmation

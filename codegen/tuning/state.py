@@ -26,6 +26,9 @@ class TunerState:
         self.finished_elsewhere: list[str] = []
         # Wall seconds by phase, for the report: where tuning time goes.
         self.phase_s = {"prepare": 0.0, "trials": 0.0, "confirm": 0.0}
+        # The trials' share, split by what the trial worker reported (trial.PHASES); the rest of a
+        # trial's wall time is the worker process: requests, results, restarts.
+        self.trial_phase_s: dict[str, float] = {}
         self.started = time.monotonic()
 
     def timed(self, phase: str, fn, *args, **kwargs):
@@ -34,6 +37,12 @@ class TunerState:
             return fn(*args, **kwargs)
         finally:
             self.phase_s[phase] += time.monotonic() - start
+
+    def count_trial(self, result: dict) -> None:
+        """Adds a trial result's phase times (trial.run_trial's "phases") to the account."""
+        phases = result.get("phases") or {}
+        for name, seconds in phases.items():
+            self.trial_phase_s[name] = self.trial_phase_s.get(name, 0.0) + seconds
 
     def db(self, fn, *args, **kwargs):
         return self.retry.call(fn, *args, **kwargs)
@@ -49,4 +58,17 @@ class TunerState:
                 f"other workers or earlier runs\n"
                 f"msa-tune: {total:.0f} s = static checks and compiles {self.phase_s['prepare']:.0f} s + trials "
                 f"{self.phase_s['trials']:.0f} s + confirmations {self.phase_s['confirm']:.0f} s + search, "
-                f"database and waiting {rest:.0f} s")
+                f"database and waiting {rest:.0f} s"
+                + (f"\nmsa-tune: trials {self.phase_s['trials']:.0f} s = " + " + ".join(
+                    f"{name} {seconds:.0f} s" for name, seconds in self._trial_split().items())
+                   if self.trial_phase_s else ""))
+
+    def _trial_split(self) -> dict:
+        """The trials' wall time by phase, with what the phases do not cover as "worker process"."""
+        split = {_PHASE_NAMES.get(k, k): v for k, v in self.trial_phase_s.items()}
+        split["worker process"] = max(0.0, self.phase_s["trials"] - sum(self.trial_phase_s.values()))
+        return split
+
+
+_PHASE_NAMES = {"inputs": "inputs and reference", "check": "first launch and accuracy check",
+                "timing": "eager runs and graph capture", "replays": "graph replays"}

@@ -42,7 +42,8 @@ _OOM_RETRIES = 2  # attempts of one config lost to out-of-memory before it count
 
 
 def tune_bucket(bucket: Bucket, study_name: str, settings: TuneSettings, worker: TrialWorker,
-                preparer: Preparer, log=print, state: TunerState | None = None, publish=None, neighbours=None):
+                preparer: Preparer, log=print, state: TunerState | None = None, publish=None, neighbours=None,
+                leaders=None):
     """Works on one bucket's study until it is finished or the rest of it is in other workers' hands.
 
     Returns the BucketResult when this worker finished the bucket (confirmation run, then
@@ -50,19 +51,23 @@ def tune_bucket(bucket: Bucket, study_name: str, settings: TuneSettings, worker:
     when others are measuring what is left (or finishing it), FINISHED_ELSEWHERE when it was
     already finished. Raises StorageUnavailable when the database stays unreachable.
     `neighbours`: a function returning the configs chosen for nearby buckets of the same table,
-    queued after the default; called once, when the study is seeded."""
+    queued after the default; called once, when the study is seeded. `leaders`: see
+    seeding.open_study (BUSY while the studies it needs are unfinished)."""
     own_state = state is None
     if own_state:
         state = TunerState(settings, log=log)
     try:
-        return _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish, neighbours)
+        return _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish, neighbours, leaders)
     finally:
         if own_state:
             state.close()
 
 
-def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish, neighbours=None):
-    study, space, exhaustive = open_study(bucket, study_name, settings, state, neighbours)
+def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish, neighbours=None, leaders=None):
+    opened = open_study(bucket, study_name, settings, state, neighbours, leaders)
+    if opened is None:
+        return _busy(bucket, study_name, state, log, "waiting for its table's full searches (--full-search)")
+    study, space, exhaustive = opened
     budget_end = state.bucket_start.setdefault(study_name, time.monotonic()) + settings.bucket_time_s
     target = min(settings.trials, len(space))
     batch = max(1, settings.precompile_workers) if not settings.interpret else 1
@@ -130,6 +135,7 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
                 pending.remove((trial, config))
         for trial, config in pending:
             result = state.timed("trials", worker.run, settings.request(bucket, config), settings.trial_timeout_s)
+            state.count_trial(result)
             if (result.get("kind") == "out_of_memory"
                     and records.oom_losses(study.get_trials(deepcopy=False), config_key(config)) < _OOM_RETRIES):
                 # Out of GPU memory says nothing about the config: drop this attempt, queue the config again.
@@ -139,8 +145,8 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
                 continue
             if result.get("ok"):
                 _tell(study, trial, state, value=result["time_us"], log=log, bucket=bucket,
-                      attrs={n: result[n] for n in ("p10_us", "p90_us", "rel_l2", "max_abs", "calls", "replays")
-                             if n in result})
+                      attrs={n: result[n] for n in ("p10_us", "p90_us", "rel_l2", "max_abs", "calls", "replays",
+                                                    "phases") if n in result})
             else:
                 _tell(study, trial, state, failure=(result.get("kind", "error"), result.get("message", "")),
                       log=log, bucket=bucket)

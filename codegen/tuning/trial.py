@@ -90,32 +90,66 @@ def _time_on_gpu(sets, config) -> dict:
     return dict(time_us=timing.median_us, p10_us=timing.p10_us, p90_us=timing.p90_us, calls=calls, replays=replays)
 
 
+class _Phases(dict):
+    """Wall seconds of a trial's phases, for the tuner's time account (PHASES)."""
+
+    def __init__(self):
+        super().__init__()
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self[name] = self.get(name, 0.0) + now - self._last
+        self._last = now
+
+
+# A trial's phases, in order: building the bucket's inputs and reference (its first trial only), the
+# config's first launch in this process (loading the compiled kernel) and the accuracy check, timing
+# (on a GPU split into the graph replays and the rest).
+PHASES = ("inputs", "check", "timing")
+
+
 def run_trial(request: dict) -> dict:
     """One trial: {"bucket": Bucket fields, "config": LaunchConfig fields, "interpret": bool,
-    "check": bool} -> {"ok": True, "time_us": ...} or {"ok": False, "kind": ..., "message": ...}."""
+    "check": bool} -> {"ok": True, "time_us": ..., "phases": {...}} or {"ok": False, "kind": ...,
+    "message": ..., "phases": {...}}."""
     bucket = Bucket(**request["bucket"])
     config = LaunchConfig.from_dict(request["config"])
     interpret = request.get("interpret", False)
+    phases = _Phases()
     try:
         sets, accuracy, ref = bucket_inputs(bucket, interpret)
-        result = {}
+        if not interpret:
+            torch.cuda.synchronize()
+        phases.lap("inputs")
+        result = dict(phases=phases)  # the same object: later laps show in it
         if request.get("check", True):
             accuracy.poison()
             out = run_kernel(accuracy, arch=bucket.arch if interpret else None, config=config)
             if not interpret:
                 torch.cuda.synchronize()
             verdict = compare(out, ref, gate_dtype(accuracy.args["q"].dtype, config))
+            phases.lap("check")
             result.update(rel_l2=verdict.rel_l2, max_abs=verdict.max_abs)
             if not verdict.ok:
-                return dict(ok=False, kind="wrong_result", message=str(verdict), **result)
+                return dict(ok=False, kind="wrong_result", message=str(verdict), **dict(result, phases=dict(phases)))
         if interpret:
             result.update(_time_interpreted(lambda: run_kernel(sets[0], arch=bucket.arch, config=config)))
+            phases.lap("timing")
         else:
             result.update(_time_on_gpu(sets, config))
-        return dict(ok=True, **result)
+            phases.lap("timing")
+            # The GPU time of the graph replays (2 warm-up replays, _time_on_gpu), out of timing's wall
+            # time: the rest of timing is the eager runs, the capture and the host.
+            replays = min(phases["timing"], result["time_us"] * 1e-6 * result["calls"] * (result["replays"] + 2))
+            phases["timing"] -= replays
+            phases["replays"] = replays
+        return dict(ok=True, **dict(result, phases=dict(phases)))
     except Exception as exc:  # noqa: BLE001 - every failure is a recorded trial outcome
         kind, fatal = _classify(exc)
-        return dict(ok=False, kind=kind, message=f"{type(exc).__name__}: {exc}"[:2000], fatal=fatal)
+        phases.lap(next((p for p in PHASES if p not in phases), "timing"))  # where it stopped
+        return dict(ok=False, kind=kind, message=f"{type(exc).__name__}: {exc}"[:2000], fatal=fatal,
+                    phases=dict(phases))
 
 
 _first_sets: dict = {}  # bucket -> its first timing input set, for precompiling

@@ -376,3 +376,53 @@ def test_patience_stops_a_search_that_finds_nothing_better(tmp_path):
         entry = tuned_store.read_document(_run(run_dir, *argv, *extra))["tables"]["decode/scalar/fp8/8x1"]["buckets"]["2"]
         assert entry["trials"] == trials, (extra, entry)
         assert entry["is_default"]
+
+
+def test_later_buckets_of_a_table_measure_only_the_leaders_of_its_full_searches(tmp_path):
+    """--full-search 1 --leaders 2: the first bucket of the grid's order (2 requests) searches the
+    whole space; the two later ones (8, then 4) measure only the default and that study's two fastest
+    configs, and pick the fastest of those. --full-search all: every bucket searches."""
+    import optuna
+
+    from codegen.tuning.transfer import study_leaders
+
+    argv = ("--kernels", "decode", "--decode-buckets", "2,4,8", "--trials", "6", "--runner", "tune_faults:timed_by_config")
+    path = _run(tmp_path, *argv, "--full-search", "1", "--leaders", "2")
+    buckets = tuned_store.read_document(path)["tables"]["decode/scalar/fp8/8x1"]["buckets"]
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    studies = {s.study_name.split("@")[1].split(":")[0]: s.study_name for s in optuna.get_all_study_summaries(storage)}
+    trials = {n: optuna.load_study(study_name=name, storage=storage).get_trials() for n, name in studies.items()}
+    assert len([t for t in trials["2"] if t.state.is_finished() and not t.user_attrs.get("duplicate")]) == 6
+    leaders = study_leaders(trials["2"], 2)
+    assert len(leaders) == 2
+    for n in ("4", "8"):
+        measured = [t for t in trials[n] if t.state == optuna.trial.TrialState.COMPLETE]
+        default_key = min(measured, key=lambda t: t.number).user_attrs["config_key"]  # trial 0: the default
+        keys = {t.user_attrs["config_key"] for t in measured}
+        assert keys <= {config_key(c) for c in leaders} | {default_key} and len(keys) >= 2, (n, keys)
+        assert buckets[n]["trials"] == len(measured)
+        assert LaunchConfig.from_dict(buckets[n]["config"]) == leaders[0], "the fastest leader wins"
+    every = tmp_path / "all"
+    every.mkdir()
+    buckets = tuned_store.read_document(_run(every, *argv, "--full-search", "all"))["tables"]["decode/scalar/fp8/8x1"]["buckets"]
+    assert all(buckets[n]["trials"] == 6 for n in ("2", "4", "8"))
+
+
+def test_full_search_and_leaders_are_checked(capsys):
+    for extra, named in ((("--full-search", "0"), "--full-search"), (("--full-search", "some"), "--full-search"),
+                         (("--leaders", "0"), "--leaders")):
+        assert tune.main(TINY + ["--list", *extra]) == 2
+        assert named in capsys.readouterr().err
+
+
+def test_the_time_account_splits_the_trials_by_phase(tmp_path, capsys):
+    """The run's last lines say where the trials' time went, phase by phase (trial.PHASES), and the
+    phases add up to the trials' wall time (the rest is the worker process)."""
+    _run(tmp_path, "--kernels", "decode", "--decode-buckets", "2", "--trials", "2")
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("msa-tune: trials "))
+    total, parts = re.fullmatch(r"msa-tune: trials (\d+) s = (.*)", line).groups()
+    seconds = dict((name, int(s)) for s, name in ((p.split(" s")[0].rsplit(" ", 1)[1], p.rsplit(" ", 2)[0])
+                                                 for p in parts.split(" + ")))
+    assert set(seconds) == {"inputs and reference", "first launch and accuracy check", "eager runs and graph capture",
+                            "worker process"}, line
+    assert abs(sum(seconds.values()) - int(total)) <= len(seconds), line

@@ -72,3 +72,11 @@ def slower_than_the_default(request: dict) -> dict:
     slower = 0 if (c["block_n"], c["num_warps"]) == (64, 4) else c["block_n"] + c["num_warps"]
     t = 100.0 + slower
     return dict(ok=True, time_us=t, p10_us=t, p90_us=t, calls=1, replays=1, rel_l2=0.0, max_abs=0.0)
+
+
+def timed_by_config(request: dict) -> dict:
+    """No kernel: a time that is a fixed function of the config (distinct for most configs), so a
+    test knows which configs a study ranks first."""
+    c = request["config"]
+    t = 100.0 + c["block_n"] / 8 + 3 * c["num_warps"] + 7 * c["num_stages"] + 11 * c["num_splits"] + c["kv_upcast"]
+    return dict(ok=True, time_us=t, p10_us=t, p90_us=t, calls=1, replays=1, rel_l2=0.0, max_abs=0.0)
