@@ -118,14 +118,7 @@ def _check(args) -> None:
     A.at_least("--trials", args.trials, 1, what="an integer")
     if args.patience is not None:
         A.at_least("--patience", args.patience, 1, what="an integer")
-    if args.full_search == "all":
-        args.full_search = None
-    else:
-        try:
-            args.full_search = int(args.full_search)
-        except ValueError:
-            raise ValueError(f"--full-search: expected an integer >= 1 or 'all', got {args.full_search!r}") from None
-        A.at_least("--full-search", args.full_search, 1, what="an integer or 'all'")
+    args.full_search = A.count_or_all("--full-search", args.full_search)
     A.at_least("--leaders", args.leaders, 1, what="an integer")
     if not head_dim_ok(args.head_dim):
         raise ValueError(f"--head-dim: expected {HEAD_DIM_RULE}, got {args.head_dim}")

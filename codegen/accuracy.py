@@ -47,8 +47,10 @@ class Comparison:
 
 def compare(out: torch.Tensor, ref: torch.Tensor, q_dtype: torch.dtype | None = None) -> Comparison:
     rel_tol, abs_tol = TOLERANCES[q_dtype or out.dtype]
-    out64 = out.detach().to("cpu", torch.float64)
-    ref64 = ref.detach().to("cpu", torch.float64)
+    # float64 on the output's device: on the CPU a large prefill bucket's compare took most of a
+    # tuning trial (H200, TP4: 179 of 198 s of trials); only the four figures come back.
+    out64 = out.detach().to(torch.float64)
+    ref64 = ref.detach().to(out64.device, torch.float64)
     unwritten = int((~torch.isfinite(out64)).sum())
     diff = torch.nan_to_num(out64 - ref64, nan=float("inf"))
     rel = float(diff.norm() / ref64.norm().clamp_min(1e-30)) if unwritten == 0 else float("inf")

@@ -18,6 +18,18 @@ def at_least(name: str, value, low, *, what: str = "a number") -> None:
         raise ValueError(f"{name}: expected {what} >= {low}, got {value}")
 
 
+def count_or_all(name: str, text: str) -> int | None:
+    """'all' -> None; else an integer >= 1 (ValueError naming the argument otherwise)."""
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}: expected an integer >= 1 or 'all', got {text!r}") from None
+    at_least(name, value, 1, what="an integer or 'all'")
+    return value
+
+
 def above(name: str, value, low, *, what: str = "a number") -> None:
     if value is not None and not value > low:
         raise ValueError(f"{name}: expected {what} > {low}, got {value}")

@@ -168,10 +168,13 @@ def prepare(request: dict) -> list[str]:
     """Runs in a preparer process: static check, then (GPU) a compile and one run on the bucket's
     first input set, filling Triton's disk cache so the trial worker only loads the binary. Returns
     the static problems (a checker that raises is one: the candidate fails, kind "static");
-    compile and run failures are left for the isolated trial to record."""
+    compile and run failures are left for the isolated trial to record.
+    On a GPU of the bucket's arch, the static figures are read off the kernels the JIT compiled for
+    that run (codegen.static.jit): one compile a candidate instead of two."""
     bucket = Bucket(**request["bucket"])
     config = LaunchConfig.from_dict(request["config"])
-    if request.get("static"):
+    gpu = request.get("precompile") and not request.get("interpret")
+    if request.get("static") and not (gpu and _on_arch(bucket.arch)):
         try:
             problems = static_problems(bucket, config)
         except Exception as exc:  # noqa: BLE001 - recorded as the candidate's failure, never as a pass
@@ -179,23 +182,43 @@ def prepare(request: dict) -> list[str]:
             return [f"the static check raised {type(exc).__name__}: {exc} (fix it, or tune with --no-static-check)"]
         if problems:
             return problems
-    if request.get("precompile") and not request.get("interpret"):
-        try:
-            if bucket not in _first_sets:
-                _first_sets.clear()
-                _first_sets[bucket] = bucket.build_case(seed=0, device="cuda", q_dtype=torch.bfloat16)
+    if not gpu:
+        return []
+    from ..static.jit import launch_problems, launched_kernels
+
+    kernels = []
+    try:
+        if bucket not in _first_sets:
+            _first_sets.clear()
+            _first_sets[bucket] = bucket.build_case(seed=0, device="cuda", q_dtype=torch.bfloat16)
+        with launched_kernels() as kernels:
             run_kernel(_first_sets[bucket], config=config)
-            torch.cuda.synchronize()
-        except Exception:  # noqa: BLE001 - the trial worker reproduces and records it
-            pass
-        finally:
-            # A dozen preparers each holding a large bucket's inputs left the trial worker without
-            # memory (H200, decode 64x4@256: 13 trials failed with CUDA OOM). Keep small inputs for
-            # the next candidate; give large ones back at once.
-            if torch.cuda.memory_allocated() > _KEEP_BYTES:
-                _first_sets.clear()
-                torch.cuda.empty_cache()
-    return []
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - the trial worker reproduces and records it
+        pass
+    finally:
+        # A dozen preparers each holding a large bucket's inputs left the trial worker without
+        # memory (H200, decode 64x4@256: 13 trials failed with CUDA OOM). Keep small inputs for
+        # the next candidate; give large ones back at once.
+        if torch.cuda.memory_allocated() > _KEEP_BYTES:
+            _first_sets.clear()
+            torch.cuda.empty_cache()
+    if not request.get("static") or not _on_arch(bucket.arch) or not kernels:
+        return []
+    try:
+        return launch_problems(kernels, bucket.arch)
+    except Exception as exc:  # noqa: BLE001 - fail closed, as above
+        return [f"reading the JIT kernels' figures raised {type(exc).__name__}: {exc} (tune with --no-static-check)"]
+
+
+def _on_arch(arch: str) -> bool:
+    """Whether this process's GPU is of `arch` (its JIT then compiles what the static check needs)."""
+    from ..validate import detect_device_arch
+
+    try:
+        return torch.cuda.is_available() and detect_device_arch(torch.device("cuda")) == arch
+    except Exception:  # noqa: BLE001 - no GPU, or one of no supported arch
+        return False
 
 
 _KEEP_BYTES = 256 << 20

@@ -354,3 +354,40 @@ def test_v_is_converted_before_its_transpose(kernel, fields):
     converted = static.compile_asm(static.launches_for("sm90", kernel, "scalar", "fp8", 64, 4, config)[0])
     assert "cvt.rn.f16x2.e4m3x2" in converted
     assert not re.search(r"ld\.shared\.(u8|b8|s8)", converted)
+
+
+def test_jit_kernel_figures_agree_with_the_ahead_of_time_report():
+    """On a GPU host the tuner judges a candidate by the kernels its JIT run launched
+    (codegen.static.jit) instead of compiling it again ahead of time. The same binary read both
+    ways gives the same registers and shared memory; a spilling build is rejected both ways (there
+    through its local memory, as the ahead-of-time report does without a ptxas log)."""
+    import triton
+    from triton.compiler.compiler import CompiledKernel
+
+    from codegen.static.compile import _ast_source
+    from codegen.static.jit import launch_problems, launched_kernels
+
+    def compiled(config, options=None):
+        launch = static.StaticLaunch("sm90", "prefill", "scalar", "fp8", 16, 1, LaunchConfig(**config))
+        inputs = static.compile_inputs(launch, options)
+        report = static.report_launch(launch, options=options)
+        kernel = triton.compile(_ast_source(inputs), target=static.target_of("sm90"), options=dict(inputs.options))
+        return report, kernel
+
+    report, kernel = compiled(dict(block_t=4, block_n=128, kv_upcast=3))
+    figures = static.jit.kernel_figures(kernel, "sm90")
+    assert (figures["registers"], figures["shared_bytes"]) == (report.registers, report.shared_bytes)
+    assert report.ok and launch_problems([kernel], "sm90") == []
+    report, kernel = compiled(dict(block_t=4, block_n=128, kv_upcast=3), {"maxnreg": 128})
+    assert not report.ok
+    problems = launch_problems([kernel], "sm90")
+    assert problems and all(p.startswith(kernel.name + ": ") for p in problems), problems
+
+    # Every JIT launch asks its kernel for launch metadata: that is where the launched kernels are seen
+    # (here the metadata itself then fails: no GPU driver on this machine).
+    with launched_kernels() as seen:
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="active drivers"):
+                CompiledKernel.launch_metadata(kernel, (1, 1, 1), None)
+    assert seen == [kernel]
+    assert CompiledKernel.launch_metadata.__name__ == "launch_metadata", "the hook is removed after the block"
