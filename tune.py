@@ -387,6 +387,7 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
         state.close()
     print(results_table(results, time.monotonic() - started))
     print(state.report(), flush=True)
+    print(preparer.account(), flush=True)
     return 0
 
 

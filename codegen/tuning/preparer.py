@@ -10,26 +10,40 @@ class Preparer:
     def __init__(self, workers: int, static: bool, precompile: bool):
         self.workers, self.static, self.precompile = workers, static, precompile
         self._pool = None
+        self.candidates = 0
+        self.phase_s: dict[str, float] = {}  # summed over the processes (trial.prepare's phases)
 
     def __call__(self, requests: list[dict]) -> list[list[str]]:
         """Static problems per request (empty: fit to run)."""
         if not requests or not (self.static or self.precompile):
             return [[] for _ in requests]
-        from .trial import prepare
+        from .trial import prepare_timed
 
         jobs = [dict(r, static=self.static, precompile=self.precompile) for r in requests]
         if self.workers <= 1:
-            return [prepare(job) for job in jobs]
+            return self._count([prepare_timed(job) for job in jobs])
         if self._pool is None:
             self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
         try:
-            return list(self._pool.map(prepare, jobs))
+            return self._count(list(self._pool.map(prepare_timed, jobs)))
         except cf.process.BrokenProcessPool:
             # A candidate killed a compile process, which fails the whole batch's futures: failing
             # them all would condemn the innocent ones, so each runs in its isolated trial, which
             # records the culprit's crash.
             self._pool = None
             return [[] for _ in requests]
+
+    def _count(self, outcomes) -> list[list[str]]:
+        for _, phases in outcomes:
+            self.candidates += 1
+            for name, seconds in phases.items():
+                self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
+        return [problems for problems, _ in outcomes]
+
+    def account(self) -> str:
+        """Where the preparer processes' time went, summed over them (they run in parallel)."""
+        parts = " + ".join(f"{name} {seconds:.0f} s" for name, seconds in self.phase_s.items())
+        return f"msa-tune: {self.candidates} candidates prepared in {max(1, self.workers)} processes: {parts or 'nothing'}"
 
     def close(self):
         if self._pool is not None:

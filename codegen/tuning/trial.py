@@ -164,13 +164,22 @@ def static_problems(bucket: Bucket, config: LaunchConfig) -> list[str]:
     return [f"{r.variant}: {p}" for r in reports for p in r.problems]
 
 
-def prepare(request: dict) -> list[str]:
+def prepare_timed(request: dict) -> tuple[list[str], dict]:
+    """prepare(request), and the seconds its phases took (for the preparer's time account)."""
+    phases = _Phases()
+    problems = prepare(request, phases)
+    return problems, dict(phases)
+
+
+def prepare(request: dict, phases: _Phases | None = None) -> list[str]:
     """Runs in a preparer process: static check, then (GPU) a compile and one run on the bucket's
     first input set, filling Triton's disk cache so the trial worker only loads the binary. Returns
     the static problems (a checker that raises is one: the candidate fails, kind "static");
     compile and run failures are left for the isolated trial to record.
     On a GPU of the bucket's arch, the static figures are read off the kernels the JIT compiled for
-    that run (codegen.static.jit): one compile a candidate instead of two."""
+    that run (codegen.static.jit): one compile a candidate instead of two. `phases`: laps "static",
+    "inputs", "compile and run" and "figures" are added to it."""
+    phases = _Phases() if phases is None else phases
     bucket = Bucket(**request["bucket"])
     config = LaunchConfig.from_dict(request["config"])
     gpu = request.get("precompile") and not request.get("interpret")
@@ -180,6 +189,8 @@ def prepare(request: dict) -> list[str]:
         except Exception as exc:  # noqa: BLE001 - recorded as the candidate's failure, never as a pass
             # Fail closed: an unchecked candidate could be one the check exists to keep off the GPU.
             return [f"the static check raised {type(exc).__name__}: {exc} (fix it, or tune with --no-static-check)"]
+        finally:
+            phases.lap("static")
         if problems:
             return problems
     if not gpu:
@@ -191,16 +202,19 @@ def prepare(request: dict) -> list[str]:
         if bucket not in _first_sets:
             _first_sets.clear()
             _first_sets[bucket] = bucket.build_case(seed=0, device="cuda", q_dtype=torch.bfloat16)
+            torch.cuda.synchronize()
+        phases.lap("inputs")
         with launched_kernels() as kernels:
             run_kernel(_first_sets[bucket], config=config)
         torch.cuda.synchronize()
     except Exception:  # noqa: BLE001 - the trial worker reproduces and records it
         pass
     finally:
+        phases.lap("compile and run")
         # A dozen preparers each holding a large bucket's inputs left the trial worker without
-        # memory (H200, decode 64x4@256: 13 trials failed with CUDA OOM). Keep small inputs for
-        # the next candidate; give large ones back at once.
-        if torch.cuda.memory_allocated() > _KEEP_BYTES:
+        # memory (H200, decode 64x4@256: 13 trials failed with CUDA OOM). Keep inputs up to a 48th
+        # of the GPU's memory (12 preparers: a quarter) for the next candidate; give larger ones back.
+        if torch.cuda.memory_allocated() > _keep_bytes():
             _first_sets.clear()
             torch.cuda.empty_cache()
     if not request.get("static") or not _on_arch(bucket.arch) or not kernels:
@@ -209,6 +223,8 @@ def prepare(request: dict) -> list[str]:
         return launch_problems(kernels, bucket.arch)
     except Exception as exc:  # noqa: BLE001 - fail closed, as above
         return [f"reading the JIT kernels' figures raised {type(exc).__name__}: {exc} (tune with --no-static-check)"]
+    finally:
+        phases.lap("figures")
 
 
 def _on_arch(arch: str) -> bool:
@@ -221,4 +237,5 @@ def _on_arch(arch: str) -> bool:
         return False
 
 
-_KEEP_BYTES = 256 << 20
+def _keep_bytes() -> int:
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory // 48

@@ -2,6 +2,7 @@
 before any study, database or file exists; --list needs no GPU; defaults do not depend on the
 working directory; status is sorted by tokens; checks fail closed. (The pipeline itself:
 test_tune.py.)"""
+import re
 import os
 import pathlib
 import subprocess
@@ -301,3 +302,20 @@ def test_the_pytest_warning_filter_matches_optunas_words(tmp_path):
 def test_the_smoke_run_of_tune_sh_uses_a_fresh_folder():
     text = (REPO / "scripts" / "tune.sh").read_text()
     assert "mktemp -d" in text and "/tmp/msa-tune-smoke " not in text and "/tmp/msa-tune-smoke/" not in text
+
+
+def test_the_preparer_accounts_for_its_candidates(monkeypatch):
+    """The preparer's time account counts every candidate and says which phase took the time."""
+    from codegen.configs import LaunchConfig
+    from codegen.tuning import trial
+    from codegen.tuning.buckets import Bucket
+    from codegen.tuning.preparer import Preparer
+    from codegen.tuning.settings import TuneSettings
+
+    monkeypatch.setattr(trial, "static_problems", lambda bucket, config: ["too many registers"] if config.num_warps == 8 else [])
+    bucket = Bucket("decode", "sm90", "NVIDIA_H200", "scalar", "fp8", 8, 1, 2, 300, head_dim=32, topk=4)
+    requests = [TuneSettings(storage="").request(bucket, LaunchConfig(num_warps=w)) for w in (4, 8)]
+    preparer = Preparer(1, static=True, precompile=False)
+    assert preparer(requests) == [[], ["too many registers"]]
+    assert preparer.candidates == 2 and set(preparer.phase_s) == {"static"}
+    assert re.fullmatch(r"msa-tune: 2 candidates prepared in 1 processes: static \d+ s", preparer.account())
