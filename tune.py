@@ -81,9 +81,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="JSON list of configs to search instead of the whole space (the default is always added), "
                         'or an object of such lists by table ({"decode/scalar/fp8/16x1": [...], ...}: a table '
                         "left out searches the default alone); @FILE reads the JSON from FILE")
-    p.add_argument("--seed-from", type=pathlib.Path, default=None,
+    p.add_argument("--seed-from", default="auto",
                    help="a tuned-config JSON (e.g. the file before a kernel change): each study tries that "
-                        "file's configs for its table first, after the default (they count as trials)")
+                        "file's configs for its table first, after the default (they count as trials); 'auto' "
+                        "(default): the file this run writes, when it exists; 'none': no seeds")
     p.add_argument("--runner", default=None, help=argparse.SUPPRESS)  # module:function, for tests
     p.add_argument("--heartbeat", type=int, default=10,
                    help="seconds between trial heartbeats; a trial silent for 3 beats is failed and retried")
@@ -105,6 +106,7 @@ def _check(args) -> None:
     """Every check that needs neither a GPU nor a database; raises ValueError naming the argument."""
     from codegen.configs import LaunchConfig
     from codegen.tuning import argparsing as A
+    from codegen.tuning.seeding import seed_configs_from
     from codegen.validate import HEAD_DIM_RULE, head_dim_ok
     from codegen.variants import ARCHS
 
@@ -160,7 +162,8 @@ def _check(args) -> None:
                                           for c in table_configs]
         else:
             raise ValueError("--candidates: expected a JSON list of configs, or an object of such lists by table")
-    args.seed_configs = _seed_configs(args.seed_from) if args.seed_from is not None else None
+    args.seed_configs = (None if args.seed_from in ("auto", "none")  # auto: once the file is known (_tune)
+                         else seed_configs_from(pathlib.Path(args.seed_from), "--seed-from"))
     grid = _grid(args, args.arch, "check")  # --kernels, --modes, --layouts, --*-buckets
     if isinstance(args.candidates, dict):
         tables = {b.table_key for b in grid}
@@ -182,30 +185,6 @@ def _check_candidates(candidates, grid) -> None:
             check_candidate(config, arch=bucket.arch, kernel=bucket.kernel, num_q_heads=bucket.num_q_heads,
                             num_kv_heads=bucket.num_kv_heads, topk=bucket.topk, kv_dtype=bucket.kv_dtype,
                             what=f"{where}[{i}] for {bucket.table_key}")
-
-
-def _seed_configs(path: pathlib.Path) -> dict:
-    """{(table key, path): [(bucket tokens, LaunchConfig), ...]} of a tuned-config file (--seed-from).
-    The per-token path takes the file's per-token sub-entries where its table has any, else its
-    tiled configs (the study runs their twins), as the loader would."""
-    from codegen import tuned_store
-    from codegen.configs import LaunchConfig
-
-    try:
-        doc = tuned_store.read_document(path)
-    except OSError as exc:
-        raise ValueError(f"--seed-from: cannot read {path} ({exc.strerror})") from None
-    except ValueError as exc:
-        raise ValueError(f"--seed-from: {path} is not a tuned-config file ({exc})") from None
-    seeds = {}
-    for table, body in doc["tables"].items():
-        tiled = tuned_store.path_entries(body, "tiled")
-        per_token = tuned_store.path_entries(body, tuned_store.PER_TOKEN) or tiled
-        for path, entries in (("tiled", tiled), ("per_token", per_token)):
-            seeds[(table, path)] = [(tokens, LaunchConfig.from_dict(entry["config"],
-                                                                    what=f"--seed-from {table}@{tokens}"))
-                                    for tokens, entry in entries.items()]
-    return seeds
 
 
 def _grid(args, arch: str, device: str) -> list:
@@ -329,6 +308,7 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
     from codegen.tuning.preparer import Preparer
     from codegen.tuning.publish import Publisher
     from codegen.tuning.schedule import results_table, tune_grid
+    from codegen.tuning.seeding import seed_configs_from
     from codegen.tuning.settings import TUNER_ID, TuneSettings
     from codegen.tuning.state import TunerState
     from codegen.tuning.storage import StorageUnavailable, default_url, display_url, startup_failure
@@ -339,6 +319,12 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
     grid = _grid(args, arch, device)
     out_path = (args.out or tuned_store.REPO_CONFIG_DIR) / tuned_store.file_name(arch, device_name)
     storage = args.storage or default_url(out_path.stem)
+    if args.seed_from == "auto" and out_path.exists():  # a re-tune starts from the table it replaces
+        try:
+            args.seed_configs = seed_configs_from(out_path, "--seed-from auto")
+        except ValueError as exc:
+            print(f"msa-tune: {exc}", file=sys.stderr)
+            return 2
     print(f"msa-tune: {device_name} ({arch}, normalized {device}), triton {versions['triton']}, torch {versions['torch']}")
     print(f"msa-tune: will write {out_path}")
     print(f"msa-tune: studies in {display_url(storage)}")

@@ -15,5 +15,5 @@ start=$(date +%s)
 timeout -k 10 $(( ${TUNE_S:-430} + 90 )) python3 tune.py --layouts tp4 --modes scalar:fp8 \
   --storage sqlite:////tmp/sample.db --out "$OUT/cfg" --time-budget "${TUNE_S:-430}" ${TUNE_ARGS:-} > "$OUT/tune.log" 2>&1
 echo "tune rc=$? in $(( $(date +%s) - start )) s"
-grep -v "trial #\|^msa-tune: wrote\|confirming\|^\[" "$OUT/tune.log" | tail -45
+grep -v "trial #\|^msa-tune: wrote\|confirming\|^\[" "$OUT/tune.log" | tail -8
 gzip -c /tmp/sample.db > "$OUT/sample.db.gz"

@@ -5,6 +5,8 @@ import zlib
 
 import optuna
 
+from .. import tuned_store
+from ..configs import LaunchConfig
 from ..loader import buckets_by_distance
 from .buckets import Bucket
 from .space import config_key, default_for, enumerate_space, for_path, normalize, params_of
@@ -76,3 +78,25 @@ def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None
         study.set_user_attr("heartbeat_s", settings.heartbeat_s)
     state.studies[study_name] = (study, space, exhaustive)
     return state.studies[study_name]
+
+
+def seed_configs_from(path, what: str) -> dict:
+    """{(table key, path): [(bucket tokens, LaunchConfig), ...]} of a tuned-config file (--seed-from;
+    `what` names it in errors).
+    The per-token path takes the file's per-token sub-entries where its table has any, else its
+    tiled configs (the study runs their twins), as the loader would."""
+    try:
+        doc = tuned_store.read_document(path)
+    except OSError as exc:
+        raise ValueError(f"{what}: cannot read {path} ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ValueError(f"{what}: {path} is not a tuned-config file ({exc})") from None
+    seeds = {}
+    for table, body in doc["tables"].items():
+        tiled = tuned_store.path_entries(body, "tiled")
+        per_token = tuned_store.path_entries(body, tuned_store.PER_TOKEN) or tiled
+        for launch_path, entries in (("tiled", tiled), ("per_token", per_token)):
+            seeds[(table, launch_path)] = [(tokens, LaunchConfig.from_dict(entry["config"],
+                                                                    what=f"{what} {table}@{tokens}"))
+                                    for tokens, entry in entries.items()]
+    return seeds

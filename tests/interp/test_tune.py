@@ -310,6 +310,22 @@ def test_seed_from_a_tuned_file_puts_its_configs_first(tmp_path):
     assert keys[1] == config_key(LaunchConfig(**seeded))
 
 
+def test_a_re_tune_starts_from_the_table_it_replaces(tmp_path):
+    """--seed-from auto (the default): the file this run writes, when it exists, seeds its studies;
+    'none' turns that off."""
+    first = _run(tmp_path, "--kernels", "decode", "--decode-buckets", "2", "--trials", "1")
+    doc = tuned_store.read_document(first)
+    seeded = dict(block_n=32, num_warps=2, num_stages=1, num_splits=2, fused_merge=1)
+    doc["tables"]["decode/scalar/fp8/8x1"]["buckets"]["2"]["config"] = LaunchConfig(**seeded).to_dict()
+    tuned_store.write_document(first, doc)
+    for seed_from, db in (("auto", "auto.db"), ("none", "none.db")):
+        argv = TINY + ["--out", str(first.parent), "--storage", f"sqlite:///{tmp_path / db}", "--kernels", "decode",
+                       "--decode-buckets", "2", "--trials", "2", "--seed-from", seed_from]
+        assert tune.main(argv) == 0
+        keys = [json.loads(key) for _, _, key in sorted(_trials(tmp_path / db))]  # trial order
+        assert (keys[1] == config_key(LaunchConfig(**seeded))) == (seed_from == "auto"), (seed_from, keys)
+
+
 def test_seed_from_an_unreadable_file_is_a_clear_error(tmp_path, capsys):
     assert tune.main(TINY + ["--kernels", "decode", "--seed-from", str(tmp_path / "missing.json")]) == 2
     assert capsys.readouterr().err.startswith("msa-tune: --seed-from: cannot read ")
