@@ -57,13 +57,16 @@ def tune_grid(grid, settings, state, worker, preparer, publisher, log=print, res
 
 
 def results_table(results, elapsed_s: float) -> str:
-    """The buckets this worker finished: default and tuned time, speedup, trials, the config chosen."""
-    lines = [f"{'bucket':40s} {'default us':>11s} {'tuned us':>10s} {'speedup':>8s} {'trials':>6s} {'failed':>6s}  config"]
+    """The buckets this worker finished: default and tuned time, speedup, trials, the wall seconds
+    this worker spent on it, the config chosen."""
+    lines = [f"{'bucket':40s} {'default us':>11s} {'tuned us':>10s} {'speedup':>8s} {'trials':>6s} {'failed':>6s} "
+             f"{'seconds':>7s}  config"]
     for r in results:
         fmt = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
         speed = f"{r.speedup:.2f}x" if r.speedup else "-"
         conf = "default" if r.is_default else ",".join(f"{k}={v}" for k, v in r.config.non_default().items())
+        seconds = f"{r.elapsed_s:.1f}" if r.elapsed_s is not None else "-"
         lines.append(f"{r.bucket.label:40s} {fmt(r.default_us):>11s} {fmt(r.tuned_us):>10s} {speed:>8s} "
-                     f"{r.trials:6d} {r.failures:6d}  {conf}")
+                     f"{r.trials:6d} {r.failures:6d} {seconds:>7s}  {conf}")
     lines.append(f"{len(results)} buckets in {elapsed_s:.0f} s")
     return "\n".join(lines)

@@ -60,6 +60,7 @@ class BucketResult:
     failure_kinds: dict
     study_name: str
     note: str = ""
+    elapsed_s: float | None = None  # this worker's wall time on the bucket (all visits, confirmation included)
 
     @property
     def speedup(self) -> float | None:

@@ -18,6 +18,7 @@ class TunerState:
         self.log = log
         self.studies: dict[str, tuple] = {}
         self.bucket_start: dict[str, float] = {}
+        self.bucket_s: dict[str, float] = {}  # study name -> this worker's wall seconds on it
         self.claims_seen: dict[int, tuple[str, float]] = {}  # study id -> (claim value, first seen)
         self.busy_said: set[str] = set()
         self.trials_run = 0  # trials this worker ran to a recorded outcome (what the database counts)

@@ -25,7 +25,7 @@ from .heartbeats import fail_orphans
 from .preparer import Preparer
 from .records import RESULT
 from .seeding import open_study
-from .settings import BUSY, FINISHED_ELSEWHERE, TUNER_ID, TuneSettings
+from .settings import BUSY, FINISHED_ELSEWHERE, TUNER_ID, BucketResult, TuneSettings
 from .space import config_key, params_of, suggest
 from .state import TunerState
 from .storage import StorageUnavailable
@@ -56,8 +56,13 @@ def tune_bucket(bucket: Bucket, study_name: str, settings: TuneSettings, worker:
     own_state = state is None
     if own_state:
         state = TunerState(settings, log=log)
+    start = time.monotonic()
     try:
-        return _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish, neighbours, leaders)
+        outcome = _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, publish, neighbours, leaders)
+        state.bucket_s[study_name] = state.bucket_s.get(study_name, 0.0) + time.monotonic() - start
+        if isinstance(outcome, BucketResult):
+            outcome.elapsed_s = state.bucket_s[study_name]
+        return outcome
     finally:
         if own_state:
             state.close()

@@ -435,7 +435,11 @@ def test_the_time_account_splits_the_trials_by_phase(tmp_path, capsys):
     """The run's last lines say where the trials' time went, phase by phase (trial.PHASES), and the
     phases add up to the trials' wall time (the rest is the worker process)."""
     _run(tmp_path, "--kernels", "decode", "--decode-buckets", "2", "--trials", "2")
-    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("msa-tune: trials "))
+    out = capsys.readouterr().out.splitlines()
+    header = next(l for l in out if l.startswith("bucket "))
+    row = next(l for l in out if l.startswith("decode/scalar/fp8/8x1@2 ")).split()
+    assert header.split()[header.split().index("seconds") - 1] == "failed" and float(row[-2]) > 0, (header, row)
+    line = next(l for l in out if l.startswith("msa-tune: trials "))
     total, parts = re.fullmatch(r"msa-tune: trials (\d+) s = (.*)", line).groups()
     seconds = dict((name, int(s)) for s, name in ((p.split(" s")[0].rsplit(" ", 1)[1], p.rsplit(" ", 2)[0])
                                                  for p in parts.split(" + ")))
