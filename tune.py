@@ -323,7 +323,7 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
         try:
             args.seed_configs = seed_configs_from(out_path, "--seed-from auto")
         except ValueError as exc:
-            print(f"msa-tune: {exc}", file=sys.stderr)
+            print(f"msa-tune: {exc} (--seed-from none: tune without it)", file=sys.stderr)
             return 2
     print(f"msa-tune: {device_name} ({arch}, normalized {device}), triton {versions['triton']}, torch {versions['torch']}")
     print(f"msa-tune: will write {out_path}")
