@@ -8,7 +8,8 @@
 #   bash scripts/h200_prefill_v3.sh retune   # ~500 s: every prefill bucket, tiled and per-token, over
 #                                            #   scripts/h200_prefill_candidates_v3.json (.whl carried); it
 #                                            #   resumes the study of tune_studies/; PREFILL_BUCKETS=8192,2048
-#                                            #   tunes those buckets only
+#                                            #   tunes those buckets only; CANDIDATES=scripts/h200_prefill_candidates_v4.json
+#                                            #   TRIALS=9 adds plain-load tiles (kv_tma 0; results/h200/tune-sample)
 #   bash scripts/h200_prefill_v3.sh grid     # ~550 s: the prefill grid (1x8k, 4x2k, 1x2k rows) after, then
 #                                            #   before (.before carried), then the prefill GPU tests
 # .before = the previous main:
@@ -35,7 +36,7 @@ case $STAGE in
     export PYTHONPATH=/tmp/site:$PWD
     start=$(date +%s)
     timeout -k 10 $(( ${TUNE_S:-470} + 60 )) python3 tune.py --kernels prefill \
-      --candidates @scripts/h200_prefill_candidates_v3.json --trials 5 --precompile-workers 12 \
+      --candidates @${CANDIDATES:-scripts/h200_prefill_candidates_v3.json} --trials ${TRIALS:-5} --precompile-workers 12 \
       ${PREFILL_BUCKETS:+--prefill-buckets $PREFILL_BUCKETS} \
       --time-budget "${TUNE_S:-470}" > "$OUT/tune_prefill.log" 2>&1
     echo "tune rc=$? in $(( $(date +%s) - start )) s"; grep "msa-tune:" "$OUT/tune_prefill.log" | tail -4
