@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
+import time
 
 
 class Preparer:
@@ -12,6 +13,8 @@ class Preparer:
         self._pool = None
         self.candidates = 0
         self.phase_s: dict[str, float] = {}  # summed over the processes (trial.prepare's phases)
+        # Batches wait for their slowest candidate: wall seconds of the batches, and of those slowest.
+        self.batches, self.batch_s, self.slowest_s = 0, 0.0, 0.0
 
     def __call__(self, requests: list[dict]) -> list[list[str]]:
         """Static problems per request (empty: fit to run)."""
@@ -20,6 +23,7 @@ class Preparer:
         from .trial import prepare_timed
 
         jobs = [dict(r, static=self.static, precompile=self.precompile) for r in requests]
+        self._started = time.monotonic()
         if self.workers <= 1:
             return self._count([prepare_timed(job) for job in jobs])
         if self._pool is None:
@@ -34,6 +38,9 @@ class Preparer:
             return [[] for _ in requests]
 
     def _count(self, outcomes) -> list[list[str]]:
+        self.batches += 1
+        self.batch_s += time.monotonic() - self._started
+        self.slowest_s += max((sum(phases.values()) for _, phases in outcomes), default=0.0)
         for _, phases in outcomes:
             self.candidates += 1
             for name, seconds in phases.items():
@@ -43,7 +50,9 @@ class Preparer:
     def account(self) -> str:
         """Where the preparer processes' time went, summed over them (they run in parallel)."""
         parts = " + ".join(f"{name} {seconds:.0f} s" for name, seconds in self.phase_s.items())
-        return f"msa-tune: {self.candidates} candidates prepared in {max(1, self.workers)} processes: {parts or 'nothing'}"
+        return (f"msa-tune: {self.candidates} candidates prepared in {max(1, self.workers)} processes: "
+                f"{parts or 'nothing'}; {self.batches} batches took {self.batch_s:.0f} s, their slowest "
+                f"candidates {self.slowest_s:.0f} s")
 
     def close(self):
         if self._pool is not None:
