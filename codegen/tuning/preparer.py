@@ -1,10 +1,11 @@
-"""Before a batch of candidates gets GPU time: the static resource check (an ahead-of-time compile
-against the arch's limits) and the JIT compile, both in parallel processes on the host's cores."""
+"""Before a candidate gets GPU time: the static resource check and the JIT compile
+(trial.prepare), in parallel processes on the host's cores. Candidates are submitted one by one and
+collected as they finish, so that a slow compile holds up only its own candidate: the study keeps
+the processes busy with the next ones meanwhile (study.py)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
-import time
 
 
 class Preparer:
@@ -13,46 +14,59 @@ class Preparer:
         self._pool = None
         self.candidates = 0
         self.phase_s: dict[str, float] = {}  # summed over the processes (trial.prepare's phases)
-        # Batches wait for their slowest candidate: wall seconds of the batches, and of those slowest.
-        self.batches, self.batch_s, self.slowest_s = 0, 0.0, 0.0
 
-    def __call__(self, requests: list[dict]) -> list[list[str]]:
-        """Static problems per request (empty: fit to run)."""
-        if not requests or not (self.static or self.precompile):
-            return [[] for _ in requests]
+    def submit(self, request: dict) -> cf.Future:
+        """Starts preparing one candidate; `result` of the future gives its static problems."""
         from .trial import prepare_timed
 
-        jobs = [dict(r, static=self.static, precompile=self.precompile) for r in requests]
-        self._started = time.monotonic()
+        future = cf.Future()
+        if not (self.static or self.precompile):
+            future.set_result(([], {}))
+            return future
+        job = dict(request, static=self.static, precompile=self.precompile)
         if self.workers <= 1:
-            return self._count([prepare_timed(job) for job in jobs])
+            future.set_result(prepare_timed(job))
+            return future
         if self._pool is None:
             self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
         try:
-            return self._count(list(self._pool.map(prepare_timed, jobs)))
+            return self._pool.submit(prepare_timed, job)
         except cf.process.BrokenProcessPool:
-            # A candidate killed a compile process, which fails the whole batch's futures: failing
-            # them all would condemn the innocent ones, so each runs in its isolated trial, which
-            # records the culprit's crash.
             self._pool = None
-            return [[] for _ in requests]
+            future.set_result(([], {}))
+            return future
 
-    def _count(self, outcomes) -> list[list[str]]:
-        self.batches += 1
-        self.batch_s += time.monotonic() - self._started
-        self.slowest_s += max((sum(phases.values()) for _, phases in outcomes), default=0.0)
-        for _, phases in outcomes:
+    @staticmethod
+    def first_done(futures) -> list[cf.Future]:
+        """Waits until at least one of `futures` is done; returns the done ones."""
+        done, _ = cf.wait(futures, return_when=cf.FIRST_COMPLETED)
+        return list(done)
+
+    def result(self, future: cf.Future) -> list[str]:
+        """A finished candidate's static problems (empty: fit to run)."""
+        try:
+            problems, phases = future.result()
+        except cf.process.BrokenProcessPool:
+            # A candidate killed a compile process, which fails every candidate the pool held:
+            # failing them all would condemn the innocent ones, so each runs in its isolated trial,
+            # which records the culprit's crash.
+            self._pool = None
+            return []
+        if self.static or self.precompile:
             self.candidates += 1
-            for name, seconds in phases.items():
-                self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
-        return [problems for problems, _ in outcomes]
+        for name, seconds in phases.items():
+            self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
+        return problems
+
+    def __call__(self, requests: list[dict]) -> list[list[str]]:
+        """Static problems per request, all prepared at once."""
+        futures = [self.submit(r) for r in requests]
+        return [self.result(f) for f in futures]
 
     def account(self) -> str:
         """Where the preparer processes' time went, summed over them (they run in parallel)."""
         parts = " + ".join(f"{name} {seconds:.0f} s" for name, seconds in self.phase_s.items())
-        return (f"msa-tune: {self.candidates} candidates prepared in {max(1, self.workers)} processes: "
-                f"{parts or 'nothing'}; {self.batches} batches took {self.batch_s:.0f} s, their slowest "
-                f"candidates {self.slowest_s:.0f} s")
+        return f"msa-tune: {self.candidates} candidates prepared in {max(1, self.workers)} processes: {parts or 'nothing'}"
 
     def close(self):
         if self._pool is not None:

@@ -78,14 +78,19 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
     batch = max(1, settings.precompile_workers) if not settings.interpret else 1
     space_keys = {config_key(c): c for c in space}
     duplicates_in_a_row = 0
+    # Candidates of this worker being prepared (future -> (trial, config)). Up to `batch` at once; as
+    # each finishes its trial runs and the next is asked for, so a slow compile holds up only itself.
+    inflight: dict = {}
     while True:
         optuna.storages.fail_stale_trials(study)  # trials of dead workers: failed, retried once
-        if records.is_final(study.user_attrs.get(RESULT), target):
+        if not inflight and records.is_final(study.user_attrs.get(RESULT), target):
             state.finished_elsewhere.append(study_name)
             return FINISHED_ELSEWHERE
         trials = study.get_trials(deepcopy=False)
         fail_orphans(study, trials, state.storage, state.db)
-        done, running = records.evaluated(trials), records.running(trials)
+        mine = {trial._trial_id for trial, _ in inflight.values()}
+        done = records.evaluated(trials)
+        running = [t for t in records.running(trials) if t._trial_id not in mine]  # other workers'
         known = records.claimed_keys(trials)
         unclaimed = [k for k in space_keys if k not in known] if exhaustive else None
         now = time.monotonic()
@@ -93,7 +98,7 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
         search_over = (len(done) >= target or now > budget_end or cut_short or duplicates_in_a_row > 200
                        or (exhaustive and not unclaimed)
                        or bool(settings.patience and records.stalled(done, settings.patience, settings.tie_tolerance)))
-        if search_over:
+        if search_over and not inflight:
             if running:  # wait for them (or for their heartbeat to go stale) elsewhere
                 return _busy(bucket, study_name, state, log, f"{len(running)} trials still running elsewhere")
             claim = try_claim(state, study._study_id, TUNER_ID)
@@ -101,61 +106,80 @@ def _tune_bucket(bucket, study_name, settings, worker, preparer, log, state, pub
                 return _busy(bucket, study_name, state, log, "another worker is confirming it")
             return finish_claimed(bucket, study, study_name, settings, worker, log, state, claim, publish,
                                   complete=not cut_short, target=target)
-        room = target - len(done) - len(running)
-        if exhaustive:
+        room = target - len(done) - len(running) - len(inflight)
+        if exhaustive and not search_over:
             # Queue-driven: every unclaimed point gets exactly one trial, whichever worker pops it.
             waiting = records.waiting_keys(trials)
             for key in unclaimed[:batch]:
                 if key not in waiting:
                     study.enqueue_trial(_params(bucket, space_keys[key]))
             room = min(room, len(unclaimed))
-        if room <= 0:  # the rest is being measured by other workers
+        if room <= 0 and not inflight:  # the rest is being measured by other workers
             return _busy(bucket, study_name, state, log, f"the last {len(running)} trials are running elsewhere")
-        state.busy_said.discard(study_name)
-        pending = []
-        for _ in range(min(batch, room)):
-            trial = study.ask()
-            state.heartbeats.add(trial._trial_id)
-            config = suggest(trial, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype, bucket.path)
-            key = config_key(config)
-            trial.set_user_attr("config_key", key)
-            trial.set_user_attr("config", config.to_dict())
-            trial.set_user_attr("tuner", TUNER_ID)
-            if key in known or (exhaustive and key not in space_keys):
-                _tell(study, trial, state, duplicate=True)
-                duplicates_in_a_row += 1
+        if not search_over and room > 0 and len(inflight) < batch:
+            state.busy_said.discard(study_name)
+            asked, duplicates = _ask(study, bucket, state, min(batch - len(inflight), room), known, space_keys,
+                                     exhaustive)
+            duplicates_in_a_row = duplicates_in_a_row + duplicates if not asked else 0
+            for trial, config in asked:
+                inflight[preparer.submit(settings.request(bucket, config))] = (trial, config)
+            if not inflight:
                 continue
-            duplicates_in_a_row = 0
-            known.add(key)
-            pending.append((trial, config))
-        current = study.get_trials(deepcopy=False)
-        for trial, config in list(pending):
-            if records.taken_by_an_earlier_trial(trial, config_key(config), current):
-                _tell(study, trial, state, duplicate=True)
-                pending.remove((trial, config))
-        problems = state.timed("prepare", preparer, [settings.request(bucket, c) for _, c in pending])
-        for (trial, config), found in zip(list(pending), problems):
+        for future in state.timed("prepare", preparer.first_done, list(inflight)):
+            trial, config = inflight.pop(future)
+            found = preparer.result(future)
             if found:
                 _tell(study, trial, state, failure=("static", "; ".join(found)), log=log, bucket=bucket)
-                pending.remove((trial, config))
-        for trial, config in pending:
-            result = state.timed("trials", worker.run, settings.request(bucket, config), settings.trial_timeout_s)
-            state.count_trial(result)
-            if (result.get("kind") == "out_of_memory"
-                    and records.oom_losses(study.get_trials(deepcopy=False), config_key(config)) < _OOM_RETRIES):
-                # Out of GPU memory says nothing about the config: drop this attempt, queue the config again.
-                log(f"  {bucket.label} trial #{trial.number}: out of GPU memory; queued again")
-                _tell(study, trial, state, lost="out_of_memory")
-                study.enqueue_trial(_params(bucket, config))
                 continue
-            if result.get("ok"):
-                _tell(study, trial, state, value=result["time_us"], log=log, bucket=bucket,
-                      attrs={n: result[n] for n in ("p10_us", "p90_us", "rel_l2", "max_abs", "calls", "replays",
-                                                    "phases") if n in result})
-            else:
-                _tell(study, trial, state, failure=(result.get("kind", "error"), result.get("message", "")),
-                      log=log, bucket=bucket)
-        log(records.progress(bucket, study.get_trials(deepcopy=False)))
+            _run_trial(bucket, study, trial, config, settings, worker, state, log)
+        if not inflight:
+            log(records.progress(bucket, study.get_trials(deepcopy=False)))
+
+
+def _ask(study, bucket, state, count: int, known: set, space_keys: dict, exhaustive: bool) -> tuple[list, int]:
+    """Up to `count` new (trial, config) pairs from the study, and how many asks were duplicates: a
+    config measured, running or queued before (here or by another worker) is told PRUNED at once."""
+    asked, duplicates = [], 0
+    for _ in range(count):
+        trial = study.ask()
+        state.heartbeats.add(trial._trial_id)
+        config = suggest(trial, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype, bucket.path)
+        key = config_key(config)
+        trial.set_user_attr("config_key", key)
+        trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("tuner", TUNER_ID)
+        if key in known or (exhaustive and key not in space_keys):
+            _tell(study, trial, state, duplicate=True)
+            duplicates += 1
+            continue
+        known.add(key)
+        asked.append((trial, config))
+    current = study.get_trials(deepcopy=False)
+    for trial, config in list(asked):
+        if records.taken_by_an_earlier_trial(trial, config_key(config), current):
+            _tell(study, trial, state, duplicate=True)
+            asked.remove((trial, config))
+    return asked, duplicates
+
+
+def _run_trial(bucket, study, trial, config, settings, worker, state, log) -> None:
+    """One prepared candidate's trial in the isolated worker, its outcome told to the study."""
+    result = state.timed("trials", worker.run, settings.request(bucket, config), settings.trial_timeout_s)
+    state.count_trial(result)
+    if (result.get("kind") == "out_of_memory"
+            and records.oom_losses(study.get_trials(deepcopy=False), config_key(config)) < _OOM_RETRIES):
+        # Out of GPU memory says nothing about the config: drop this attempt, queue the config again.
+        log(f"  {bucket.label} trial #{trial.number}: out of GPU memory; queued again")
+        _tell(study, trial, state, lost="out_of_memory")
+        study.enqueue_trial(_params(bucket, config))
+        return
+    if result.get("ok"):
+        _tell(study, trial, state, value=result["time_us"], log=log, bucket=bucket,
+              attrs={n: result[n] for n in ("p10_us", "p90_us", "rel_l2", "max_abs", "calls", "replays", "phases")
+                     if n in result})
+    else:
+        _tell(study, trial, state, failure=(result.get("kind", "error"), result.get("message", "")),
+              log=log, bucket=bucket)
 
 
 def _params(bucket: Bucket, config) -> dict:

@@ -318,6 +318,4 @@ def test_the_preparer_accounts_for_its_candidates(monkeypatch):
     preparer = Preparer(1, static=True, precompile=False)
     assert preparer(requests) == [[], ["too many registers"]]
     assert preparer.candidates == 2 and set(preparer.phase_s) == {"static"}
-    assert preparer.batches == 1
-    assert re.fullmatch(r"msa-tune: 2 candidates prepared in 1 processes: static \d+ s; 1 batches took \d+ s, "
-                        r"their slowest candidates \d+ s", preparer.account()), preparer.account()
+    assert re.fullmatch(r"msa-tune: 2 candidates prepared in 1 processes: static \d+ s", preparer.account())

@@ -446,3 +446,50 @@ def test_the_time_account_splits_the_trials_by_phase(tmp_path, capsys):
     assert set(seconds) == {"inputs and reference", "first launch and accuracy check", "eager runs and graph capture",
                             "worker process"}, line
     assert abs(sum(seconds.values()) - int(total)) <= len(seconds), line
+
+
+def test_a_slow_compile_holds_up_only_its_own_candidate(tmp_path):
+    """Candidates are prepared `precompile_workers` at a time and run as each is ready: while the
+    first one (the default) takes two seconds to prepare, the next ones are prepared and measured, and
+    the freed slots take new candidates. Every candidate is measured once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from codegen.tuning.buckets import Bucket
+    from codegen.tuning.preparer import Preparer
+    from codegen.tuning.settings import TuneSettings
+    from codegen.tuning.state import TunerState
+    from codegen.tuning.study import tune_bucket
+    from codegen.tuning.worker import TrialWorker
+
+    class SlowFirst:
+        def __init__(self):
+            self.pool, self.submitted = ThreadPoolExecutor(3), 0
+
+        def submit(self, request):
+            delay = 2.0 if self.submitted == 0 else 0.0
+            self.submitted += 1
+            return self.pool.submit(lambda: (time.sleep(delay), ([], {}))[1])
+
+        first_done = staticmethod(Preparer.first_done)
+
+        def result(self, future):
+            return future.result()[0]
+
+    candidates = [LaunchConfig(block_n=b, num_warps=w, num_stages=1, num_splits=2) for b in (32, 128) for w in (2, 4, 8)]
+    settings = TuneSettings(storage=f"sqlite:///{tmp_path / 'study.db'}", trials=10, precompile_workers=3,
+                            candidates=candidates, runner="tune_faults:timed_by_config")
+    state, worker = TunerState(settings, log=lambda line: None), TrialWorker(settings.runner)
+    bucket = Bucket("decode", "sm90", "cpu-interpreter", "scalar", "fp8", 8, 1, 2, 300, head_dim=32, topk=4)
+    try:
+        assert worker.run(settings.request(bucket, candidates[0]), 60)["ok"]  # started: its start-up is not timed
+        result = tune_bucket(bucket, "slow-first", settings, worker, SlowFirst(), log=lambda line: None, state=state)
+    finally:
+        worker.close()
+        state.close()
+    import optuna
+
+    trials = [t for t in optuna.load_study(study_name="slow-first", storage=settings.storage).get_trials()
+              if t.state == optuna.trial.TrialState.COMPLETE]
+    assert result.trials == 7 and len({t.user_attrs["config_key"] for t in trials}) == 7
+    first = min(trials, key=lambda t: t.number)
+    assert sum(t.datetime_complete < first.datetime_complete for t in trials) >= 2, "the others did not wait for it"
