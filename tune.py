@@ -304,6 +304,7 @@ def main(argv=None) -> int:
 
 def _tune(args, argv, arch: str, device_name: str) -> int:
     from codegen import tuned_store
+    from codegen.tuning.gpu_lock import new_lock_path, remove_lock
     from codegen.tuning.heartbeats import OptunaIncompatible
     from codegen.tuning.preparer import Preparer
     from codegen.tuning.publish import Publisher
@@ -341,7 +342,7 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
                             heartbeat_s=args.heartbeat,
                             deadline=(time.monotonic() + args.time_budget) if args.time_budget else None,
                             candidates=args.candidates, seed_configs=args.seed_configs, db_retries=args.db_retries,
-                            db_retry_s=args.db_retry_seconds)
+                            db_retry_s=args.db_retry_seconds, gpu_lock=None if args.interpret else new_lock_path())
     log = lambda line: print(line, flush=True)  # noqa: E731
     try:
         if storage.startswith("sqlite:///"):
@@ -371,6 +372,7 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
         worker.close()
         preparer.close()
         state.close()
+        remove_lock(settings.gpu_lock)
     print(results_table(results, time.monotonic() - started))
     print(state.report(), flush=True)
     print(preparer.account(), flush=True)

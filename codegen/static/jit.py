@@ -1,12 +1,13 @@
 """The static gate's figures for kernels the JIT has just compiled on this GPU, instead of a second,
-ahead-of-time compile of the same kernel.
+ahead-of-time compile of the same kernel; and the compile itself without a launch.
 
 On a GPU host the tuner compiles each candidate twice otherwise: `check_launch` (typical integer
 arguments, so the binary differs from the real launch's and Triton's cache cannot share it) and the
 JIT's own compile for the bucket's inputs. In the H200 sample of 2026-12-01 those compiles were a
 third of the run (121 of 363 s). Here the JIT's kernels are read directly: registers, local memory
 (spills) and shared memory from the cubin (sm90, as `_sm90_figures` without a ptxas log) or the
-amdgcn text (gfx942), judged by the same `problems_of`.
+amdgcn text (gfx942), judged by the same `problems_of`. The tuner's preparers compile without
+launching (`compiled_not_launched`), so that they never run on the GPU while a trial is timed there.
 """
 from __future__ import annotations
 
@@ -16,26 +17,31 @@ from .compile import _gfx942_figures, _sm90_figures
 
 
 @contextlib.contextmanager
-def launched_kernels():
-    """Collects the CompiledKernels launched inside the block (every JIT launch asks its kernel
-    for launch metadata first, triton 3.6 .. 3.9); yields the list, in launch order, one entry per
-    kernel."""
-    from triton.compiler.compiler import CompiledKernel
-
-    seen: dict[int, object] = {}
-    original = CompiledKernel.launch_metadata
-
-    def record(self, *args, **kwargs):
-        seen.setdefault(id(self), self)
-        return original(self, *args, **kwargs)
+def compiled_not_launched():
+    """Inside the block, a JIT launch `kernel[grid](...)` compiles (or loads from Triton's cache)
+    and loads its kernel but does not run it: no GPU work, so a trial timing on the same GPU is left
+    alone. Yields the list of CompiledKernels, filled in launch order (triton 3.6 .. 3.9:
+    KernelInterface.__getitem__ is the launch proxy, run(..., warmup=True) the compile)."""
+    from triton.runtime.jit import KernelInterface
 
     kernels: list = []
-    CompiledKernel.launch_metadata = record
+    original = KernelInterface.__getitem__
+
+    def compile_only(self, grid):
+        def proxy(*args, **kwargs):
+            kernel = self.run(*args, grid=grid, warmup=True, **kwargs)
+            init = getattr(kernel, "_init_handles", None)
+            if init is not None:
+                init()  # loads the binary and builds its launcher, as a first launch would, without running it
+            kernels.append(kernel)
+            return kernel
+        return proxy
+
+    KernelInterface.__getitem__ = compile_only
     try:
         yield kernels
     finally:
-        CompiledKernel.launch_metadata = original
-        kernels.extend(seen.values())
+        KernelInterface.__getitem__ = original
 
 
 _figures_by_hash: dict[tuple, dict] = {}  # a preparer launches the same kernels for many candidates

@@ -40,12 +40,14 @@ class TuneSettings:
     candidates: list | dict | None = None  # search only these LaunchConfigs (plus the default), or lists by table
     # {(table key, path): [(bucket tokens, LaunchConfig)]}: first trials after the default
     seed_configs: dict | None = None
+    gpu_lock: str | None = None  # the run's GPU lock file (gpu_lock.py); None: no lock (the interpreter)
     db_retries: int = 5  # a database call that loses the connection is retried this often ...
     db_retry_s: float = 30.0  # ... with backoff (1, 2, 4, ... s) for at most this long in all
 
     def request(self, bucket: Bucket, config: LaunchConfig, check: bool = True) -> dict:
         """What a trial worker runs (codegen.tuning.trial.run_trial): the config on the bucket's inputs."""
-        return dict(bucket=dataclasses.asdict(bucket), config=config.to_dict(), interpret=self.interpret, check=check)
+        return dict(bucket=dataclasses.asdict(bucket), config=config.to_dict(), interpret=self.interpret, check=check,
+                    gpu_lock=self.gpu_lock)
 
 
 @dataclasses.dataclass

@@ -18,6 +18,7 @@ from ..cases import run_kernel
 from ..configs import LaunchConfig
 from ..reference import reference_batched
 from .buckets import Bucket
+from .gpu_lock import held
 
 _inputs: dict = {}  # bucket -> (timing sets, accuracy case, reference); one bucket kept at a time
 
@@ -113,6 +114,11 @@ def run_trial(request: dict) -> dict:
     """One trial: {"bucket": Bucket fields, "config": LaunchConfig fields, "interpret": bool,
     "check": bool} -> {"ok": True, "time_us": ..., "phases": {...}} or {"ok": False, "kind": ...,
     "message": ..., "phases": {...}}."""
+    with held(request.get("gpu_lock")):  # the GPU is this trial's alone (gpu_lock.py)
+        return _run_trial(request)
+
+
+def _run_trial(request: dict) -> dict:
     bucket = Bucket(**request["bucket"])
     config = LaunchConfig.from_dict(request["config"])
     interpret = request.get("interpret", False)
@@ -172,13 +178,13 @@ def prepare_timed(request: dict) -> tuple[list[str], dict]:
 
 
 def prepare(request: dict, phases: _Phases | None = None) -> list[str]:
-    """Runs in a preparer process: static check, then (GPU) a compile and one run on the bucket's
-    first input set, filling Triton's disk cache so the trial worker only loads the binary. Returns
+    """Runs in a preparer process: static check, then (GPU) the JIT compile for the bucket's first
+    input set, without running it, filling Triton's disk cache so the trial worker only loads the binary. Returns
     the static problems (a checker that raises is one: the candidate fails, kind "static");
     compile and run failures are left for the isolated trial to record.
     On a GPU of the bucket's arch, the static figures are read off the kernels the JIT compiled for
-    that run (codegen.static.jit): one compile a candidate instead of two. `phases`: laps "static",
-    "inputs", "compile and run" and "figures" are added to it."""
+    that compile (codegen.static.jit): one compile a candidate instead of two. `phases`: laps "static",
+    "inputs", "compile" and "figures" are added to it."""
     phases = _Phases() if phases is None else phases
     bucket = Bucket(**request["bucket"])
     config = LaunchConfig.from_dict(request["config"])
@@ -195,34 +201,36 @@ def prepare(request: dict, phases: _Phases | None = None) -> list[str]:
             return problems
     if not gpu:
         return []
-    from ..static.jit import launch_problems, launched_kernels
+    from ..static.jit import compiled_not_launched, launch_problems
 
     kernels = []
     try:
         if bucket not in _first_sets:
-            _first_sets.clear()
-            _first_sets[bucket] = bucket.build_case(seed=0, device="cuda", q_dtype=torch.bfloat16)
-            torch.cuda.synchronize()
+            with held(request.get("gpu_lock")):  # building inputs runs kernels: not during a trial
+                _first_sets.clear()
+                _first_sets[bucket] = bucket.build_case(seed=0, device="cuda", q_dtype=torch.bfloat16)
+                torch.cuda.synchronize()
         phases.lap("inputs")
-        with launched_kernels() as kernels:
+        with compiled_not_launched() as kernels:  # compiled and loaded, not run
             run_kernel(_first_sets[bucket], config=config)
-        torch.cuda.synchronize()
     except Exception:  # noqa: BLE001 - the trial worker reproduces and records it
         pass
     finally:
-        phases.lap("compile and run")
+        phases.lap("compile")
         # A dozen preparers each holding a large bucket's inputs left the trial worker without
         # memory (H200, decode 64x4@256: 13 trials failed with CUDA OOM). Keep inputs up to a 48th
         # of the GPU's memory (12 preparers: a quarter) for the next candidate; give larger ones back.
         if torch.cuda.memory_allocated() > _keep_bytes():
             _first_sets.clear()
             torch.cuda.empty_cache()
-    if not request.get("static") or not _on_arch(bucket.arch) or not kernels:
+    if not request.get("static") or not _on_arch(bucket.arch):  # off its arch: checked ahead of time above
         return []
     try:
-        return launch_problems(kernels, bucket.arch)
+        if kernels:
+            return launch_problems(kernels, bucket.arch)
+        return static_problems(bucket, config)  # nothing compiled here: the gate compiles ahead of time
     except Exception as exc:  # noqa: BLE001 - fail closed, as above
-        return [f"reading the JIT kernels' figures raised {type(exc).__name__}: {exc} (tune with --no-static-check)"]
+        return [f"the static check raised {type(exc).__name__}: {exc} (fix it, or tune with --no-static-check)"]
     finally:
         phases.lap("figures")
 

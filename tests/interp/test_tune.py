@@ -493,3 +493,25 @@ def test_a_slow_compile_holds_up_only_its_own_candidate(tmp_path):
     assert result.trials == 7 and len({t.user_attrs["config_key"] for t in trials}) == 7
     first = min(trials, key=lambda t: t.number)
     assert sum(t.datetime_complete < first.datetime_complete for t in trials) >= 2, "the others did not wait for it"
+
+
+def test_the_gpu_lock_is_held_in_turn_across_processes(tmp_path):
+    """gpu_lock.held: a second process waits until the first lets go (the trial worker and the
+    preparers take the run's GPU in turn)."""
+    from codegen.tuning.gpu_lock import held, new_lock_path, remove_lock
+
+    path = new_lock_path()
+    waiter = [sys.executable, "-c", "import sys, time; from codegen.tuning.gpu_lock import held; t = time.time()\n"
+              "with held(sys.argv[1]): print(time.time() - t)", path]
+    try:
+        with held(path):
+            child = subprocess.Popen(waiter, stdout=subprocess.PIPE, text=True, cwd=os.getcwd(),
+                                     env=dict(os.environ, PYTHONPATH=os.getcwd()))
+            time.sleep(1.5)
+        waited = float(child.communicate(timeout=60)[0])
+        assert waited > 1.0, waited
+        with held(None):  # no lock: a no-op
+            pass
+    finally:
+        remove_lock(path)
+    assert not os.path.exists(path)
