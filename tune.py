@@ -375,7 +375,8 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
         remove_lock(settings.gpu_lock)
     print(results_table(results, time.monotonic() - started))
     print(state.report(), flush=True)
-    print(preparer.account(), flush=True)
+    if preparer.candidates:  # nothing to say under the interpreter (no static checks, no compiles ahead)
+        print(preparer.account(), flush=True)
     return 0
 
 
