@@ -7,9 +7,11 @@ keeps the imports free of cycles):
 
   schedule   the grid, round robin over the buckets not yet finished (tune_grid)
   study      one bucket's study: ask, skip what is claimed, prepare, run, tell (tune_bucket)
+  transfer   leaders transfer: a table's later buckets take the fastest configs of its full searches
   confirm    pick, confirm against the default, publish under the finish claim
   seeding    a bucket's space, sampler and first trials; publish: the JSON and its neighbours
-  preparer   static check + precompile in a process pool; trial: what runs in the trial worker
+  preparer   static check + compile in a process pool, as a stream; trial: what runs in the trial worker
+  gpu_lock   the run's GPU in turn: a whole trial, or a preparer building inputs
   worker     the isolated trial process; records: what a study's trials say
   state      what a worker carries across buckets; claims: the per-bucket finish claim
   storage    the study database and its retries; heartbeats: beats from a trial's start, orphans
