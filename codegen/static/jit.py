@@ -44,7 +44,7 @@ def compiled_not_launched():
         KernelInterface.__getitem__ = original
 
 
-_figures_by_hash: dict[tuple, dict] = {}  # a preparer launches the same kernels for many candidates
+_figures_by_hash: dict[tuple, dict] = {}  # a preparer compiles the same kernels for many candidates
 
 
 def kernel_figures(kernel, arch: str) -> dict:
@@ -65,7 +65,7 @@ def _read_figures(kernel, arch: str) -> dict:
 
 
 def launch_problems(kernels, arch: str) -> list[str]:
-    """Every limit the launched `kernels` break, each prefixed with its kernel's name."""
+    """Every limit the compiled `kernels` break, each prefixed with its kernel's name."""
     from .report import problems_of
 
     return [f"{kernel.name}: {problem}" for kernel in kernels

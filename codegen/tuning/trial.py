@@ -128,7 +128,7 @@ def _run_trial(request: dict) -> dict:
         if not interpret:
             torch.cuda.synchronize()
         phases.lap("inputs")
-        result = dict(phases=phases)  # the same object: later laps show in it
+        result = {}
         if request.get("check", True):
             accuracy.poison()
             out = run_kernel(accuracy, arch=bucket.arch if interpret else None, config=config)
@@ -138,19 +138,19 @@ def _run_trial(request: dict) -> dict:
             phases.lap("check")
             result.update(rel_l2=verdict.rel_l2, max_abs=verdict.max_abs)
             if not verdict.ok:
-                return dict(ok=False, kind="wrong_result", message=str(verdict), **dict(result, phases=dict(phases)))
+                return dict(ok=False, kind="wrong_result", message=str(verdict), phases=dict(phases), **result)
         if interpret:
             result.update(_time_interpreted(lambda: run_kernel(sets[0], arch=bucket.arch, config=config)))
-            phases.lap("timing")
         else:
             result.update(_time_on_gpu(sets, config))
-            phases.lap("timing")
+        phases.lap("timing")
+        if not interpret:
             # The GPU time of the graph replays (2 warm-up replays, _time_on_gpu), out of timing's wall
             # time: the rest of timing is the eager runs, the capture and the host.
             replays = min(phases["timing"], result["time_us"] * 1e-6 * result["calls"] * (result["replays"] + 2))
             phases["timing"] -= replays
             phases["replays"] = replays
-        return dict(ok=True, **dict(result, phases=dict(phases)))
+        return dict(ok=True, phases=dict(phases), **result)
     except Exception as exc:  # noqa: BLE001 - every failure is a recorded trial outcome
         kind, fatal = _classify(exc)
         phases.lap(next((p for p in PHASES if p not in phases), "timing"))  # where it stopped
@@ -189,12 +189,12 @@ def prepare(request: dict, phases: _Phases | None = None) -> list[str]:
     bucket = Bucket(**request["bucket"])
     config = LaunchConfig.from_dict(request["config"])
     gpu = request.get("precompile") and not request.get("interpret")
-    if request.get("static") and not (gpu and _on_arch(bucket.arch)):
+    jit_figures = gpu and _on_arch(bucket.arch)  # the gate reads the kernels compiled here
+    if request.get("static") and not jit_figures:
         try:
             problems = static_problems(bucket, config)
         except Exception as exc:  # noqa: BLE001 - recorded as the candidate's failure, never as a pass
-            # Fail closed: an unchecked candidate could be one the check exists to keep off the GPU.
-            return [f"the static check raised {type(exc).__name__}: {exc} (fix it, or tune with --no-static-check)"]
+            return _check_raised(exc)
         finally:
             phases.lap("static")
         if problems:
@@ -223,16 +223,22 @@ def prepare(request: dict, phases: _Phases | None = None) -> list[str]:
         if torch.cuda.memory_allocated() > _keep_bytes():
             _first_sets.clear()
             torch.cuda.empty_cache()
-    if not request.get("static") or not _on_arch(bucket.arch):  # off its arch: checked ahead of time above
+    if not request.get("static") or not jit_figures:  # off its arch: checked ahead of time above
         return []
     try:
         if kernels:
             return launch_problems(kernels, bucket.arch)
         return static_problems(bucket, config)  # nothing compiled here: the gate compiles ahead of time
-    except Exception as exc:  # noqa: BLE001 - fail closed, as above
-        return [f"the static check raised {type(exc).__name__}: {exc} (fix it, or tune with --no-static-check)"]
+    except Exception as exc:  # noqa: BLE001 - recorded as the candidate's failure, never as a pass
+        return _check_raised(exc)
     finally:
         phases.lap("figures")
+
+
+def _check_raised(exc: Exception) -> list[str]:
+    """A static check that raised fails its candidate. Fail closed: an unchecked candidate could be
+    one the check exists to keep off the GPU."""
+    return [f"the static check raised {type(exc).__name__}: {exc} (fix it, or tune with --no-static-check)"]
 
 
 def _on_arch(arch: str) -> bool:
