@@ -10,7 +10,7 @@ import torch
 
 from . import selection as tile_selection
 from . import selection_kernel
-from . import tuned_store, validate
+from . import tuned_store, validate, value_checks
 from .configs import LaunchConfig, check_kv_upcast, validate_config
 from .loader import get_config
 from .modules import load_module
@@ -62,6 +62,8 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
     num_reqs = validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
                                              output, k_scale, v_scale, num_reqs)
+    if value_checks.values_checked():  # opt-in (MSA_TUNE_CHECK_VALUES=1): reads values, a device sync
+        value_checks.check_prefill_values(q, kv_cache, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len)
     _check_fold(fold_scales, scale_mode)
     if selection is None:
         selection = "auto" if config is None else "tiled"
@@ -103,6 +105,8 @@ def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_head
     num_reqs = validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req_indices)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
                                              output, k_scale, v_scale, num_reqs)
+    if value_checks.values_checked():  # opt-in (MSA_TUNE_CHECK_VALUES=1): reads values, a device sync
+        value_checks.check_decode_values(q, kv_cache, block_table, seq_lens, query_start_loc, token_to_req_indices)
     _check_fold(fold_scales, scale_mode)
     config = _resolve_config(config, kernel="decode", arch=arch, scale_mode=scale_mode, q=q, kv_cache=kv_cache,
                              num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])

@@ -56,6 +56,12 @@ class LaunchConfig:
     matrix_instr_nonkdim: int = 0
     kpack: int = 1
 
+    def __post_init__(self):
+        # The same type check a dict gets (from_dict), so an object built by hand cannot carry a
+        # bool or a float into the kernels' integer arithmetic.
+        for field in dataclasses.fields(self):
+            check_field_type(f"config.{field.name}", getattr(self, field.name))
+
     @property
     def fuses_merge(self) -> bool:
         """Decode: the split kernel merges its partials itself (no second launch)."""
@@ -82,9 +88,14 @@ class LaunchConfig:
         if unknown:
             raise ValueError(f"{what}: unknown key(s) {unknown}; expected a subset of {sorted(known)}")
         for key, value in values.items():
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{what}.{key}: expected an int, got {value!r}")
+            check_field_type(f"{what}.{key}", value)
         return cls(**values)
+
+
+def check_field_type(name: str, value) -> None:
+    """Every LaunchConfig field is a plain int: bools and floats (even 64.0) are refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {value!r}")
 
 
 def non_default_fields(values: Mapping[str, Any]) -> dict[str, Any]:

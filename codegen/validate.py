@@ -2,7 +2,7 @@
 
 Every check looks at shapes, dtypes and devices only (never at tensor values), so it costs no
 device synchronization and is safe inside CUDA-graph capture. Errors name the argument and what
-was expected.
+was expected. Values are checked only on request: value_checks.py (MSA_TUNE_CHECK_VALUES=1).
 """
 from __future__ import annotations
 
@@ -131,6 +131,9 @@ def check_common(arch: str | None, q, kv_cache, topk_idx, block_table, num_kv_he
         raise TypeError(f"kv_cache: {kv_cache.dtype} cannot run on {arch}; its fp8 cache type is {fp8}")
     if kv_cache.dtype not in KV_16BIT_DTYPES + (fp8,):
         raise TypeError(f"kv_cache: expected dtype in {[str(d) for d in KV_16BIT_DTYPES + (fp8,)]} on {arch}, got {kv_cache.dtype}")
+    if kv_cache.shape[1] != num_kv_heads:  # both named: either may be the wrong one
+        raise ValueError(f"num_kv_heads: {num_kv_heads} does not match kv_cache, which holds {kv_cache.shape[1]} KV "
+                         f"heads (dim 1 of [num_blocks, num_kv_heads, 128, 2*head_dim], shape {tuple(kv_cache.shape)})")
     check_shape("kv_cache", kv_cache, (kv_cache.shape[0], num_kv_heads, PAGE_SIZE, 2 * head_dim),
                 "[num_blocks, num_kv_heads, 128, 2*head_dim]")
 

@@ -1,4 +1,5 @@
 """Bad input: a clear ValueError/TypeError naming the argument, raised before any launch."""
+import dataclasses
 import re
 
 import pytest
@@ -168,3 +169,25 @@ def test_interpreter_versions_that_cannot_run_say_what_is_needed():
         check_interpreter_versions("3.6.0", "2.4.6")
     check_interpreter_versions("3.6.0", "2.3.5")  # checked to run
     check_interpreter_versions("3.9.0", "2.4.6")  # CI's pins
+
+
+def test_num_kv_heads_against_the_cache_names_both():
+    # Hq 8 is divisible by 4, so the only fault is the 2-head cache against num_kv_heads=4.
+    case, args = _prefill(num_kv_heads=4)
+    _raises(sparse_attn_prefill, args, ValueError,
+            r"^num_kv_heads: 4 does not match kv_cache, which holds 2 KV heads \(dim 1 of", arch="sm90")
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(num_warps=True), "config.num_warps: expected an int, got True"),
+    (dict(block_n=64.0), "config.block_n: expected an int, got 64.0"),
+    (dict(kv_tma="1"), "config.kv_tma: expected an int, got '1'"),
+])
+def test_a_launch_config_object_gets_the_type_checks_a_dict_gets(fields, message):
+    """Built by hand or from a dict, a config is refused the same way, naming the field."""
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        LaunchConfig(**fields)
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        LaunchConfig.from_dict(fields)
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):  # replace() builds a new object too
+        dataclasses.replace(LaunchConfig(), **fields)

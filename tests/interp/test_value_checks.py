@@ -1,0 +1,131 @@
+"""MSA_TUNE_CHECK_VALUES=1: index values checked on request, each failure a ValueError naming the
+argument and the first offending index, before any launch; unset, values are never read."""
+import pytest
+import torch
+
+from codegen import cases, sparse_attn_decode, sparse_attn_prefill, value_checks
+
+
+def _prefill(**change):
+    # Request 0: a 5-token prompt; request 1: 6 new tokens after a cached prefix of 600 (606 keys).
+    case = cases.prefill_case(arch="sm90", q_lens=[5, 6], prefix_lens=[0, 600], num_q_heads=8, num_kv_heads=2,
+                              head_dim=32, topk=4, scale_mode="scalar")
+    case.poison()
+    return dict(case.args, **change)
+
+
+def _decode(**change):
+    case = cases.decode_case(arch="sm90", seq_lens=[300, 700], num_q_heads=8, num_kv_heads=2, head_dim=32, topk=4,
+                             scale_mode="scalar", **change)
+    case.poison()
+    return case.args
+
+
+def _i32(values):
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def _refused(fn, args, message):
+    poisoned = args["output"].isnan().clone()
+    with pytest.raises(ValueError) as caught:
+        fn(**args, arch="sm90")
+    assert str(caught.value) == message
+    assert torch.equal(args["output"].isnan(), poisoned), "nothing may be launched before the error"
+
+
+def _table_with(args, row, col, page):
+    table = args["block_table"].clone()
+    table[row, col] = page
+    return table
+
+
+PREFILL = [
+    (dict(seq_lens=_i32([-5, 606])), "seq_lens[0]: expected >= 0, got -5"),
+    (dict(prefix_lens=_i32([0, -10])), "prefix_lens[1]: expected >= 0, got -10"),
+    # The issue's case: a prefix of 600 and 6 new tokens, but seq_lens says 300.
+    (dict(seq_lens=_i32([5, 300])), "seq_lens[1]: expected prefix_lens[1] + query length (cu_seqlens_q[2] - "
+                                    "cu_seqlens_q[1]) = 600 + 6 = 606, got 300"),
+    (dict(cu_seqlens_q=_i32([1, 5, 11])), "cu_seqlens_q[0]: expected 0, got 1"),
+    (dict(cu_seqlens_q=_i32([0, 12, 11])), "cu_seqlens_q[2]: expected >= cu_seqlens_q[1] = 12 (offsets rise), got 11"),
+    (dict(cu_seqlens_q=_i32([0, 5, 10])), "cu_seqlens_q[2]: expected 11 (the token count of q), got 10"),
+    (dict(max_query_len=5), "max_query_len: expected >= every query length, got 5; request 1 has 6 "
+                            "(cu_seqlens_q[2] - cu_seqlens_q[1])"),
+]
+
+
+@pytest.mark.parametrize("change, message", PREFILL, ids=[m.split(":")[0] for _, m in PREFILL])
+def test_prefill_values_are_refused_when_asked(monkeypatch, change, message):
+    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+    _refused(sparse_attn_prefill, _prefill(**change), message)
+
+
+def test_prefill_block_table_ids_must_be_pages_of_the_cache(monkeypatch):
+    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+    args = _prefill()
+    pages = args["kv_cache"].shape[0]
+    _refused(sparse_attn_prefill, dict(args, block_table=_table_with(args, 1, 4, pages)),
+             f"block_table[1, 4]: expected a page of kv_cache in [0, {pages}), got {pages}")
+    _refused(sparse_attn_prefill, dict(args, block_table=_table_with(args, 0, 0, -1)),
+             f"block_table[0, 0]: expected a page of kv_cache in [0, {pages}), got -1")
+    # A row too short for its request's blocks: the kernels would read past it.
+    _refused(sparse_attn_prefill, dict(args, block_table=args["block_table"][:, :4].contiguous()),
+             "block_table: expected at least 5 columns for request 1 (seq_lens[1] = 606 keys), got 4")
+
+
+DECODE = [
+    (dict(seq_lens=_i32([-5, 700])), "seq_lens[0]: expected >= 0, got -5"),
+    (dict(seq_lens=_i32([300, -2 ** 31])), "seq_lens[1]: expected >= 0, got -2147483648"),
+]
+
+
+@pytest.mark.parametrize("change, message", DECODE, ids=["-5", "-2**31"])
+def test_decode_values_are_refused_when_asked(monkeypatch, change, message):
+    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+    _refused(sparse_attn_decode, dict(_decode(), **change), message)
+
+
+def test_decode_block_ids_and_varlen_offsets_are_refused_when_asked(monkeypatch):
+    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+    args = _decode()
+    pages = args["kv_cache"].shape[0]
+    _refused(sparse_attn_decode, dict(args, block_table=_table_with(args, 1, 5, pages + 7)),
+             f"block_table[1, 5]: expected a page of kv_cache in [0, {pages}), got {pages + 7}")
+    varlen = _decode(varlen_q_lens=[2, 1], padded_rows=2)
+    _refused(sparse_attn_decode, dict(varlen, query_start_loc=_i32([0, 2, 6])),
+             "query_start_loc[2]: expected <= 5 (the row count of q), got 6")
+    _refused(sparse_attn_decode, dict(varlen, query_start_loc=_i32([0, 3, 2])),
+             "query_start_loc[2]: expected >= query_start_loc[1] = 3 (offsets rise), got 2")
+    _refused(sparse_attn_decode, dict(varlen, token_to_req_indices=_i32([0, 0, 2, 9, 9])),
+             "token_to_req_indices[2]: expected a request in [0, 2), got 2")
+
+
+def test_good_values_pass_the_check_and_unused_entries_may_hold_anything(monkeypatch):
+    """With the check on, valid calls run (and agree with the reference): block-table entries past
+    a request's blocks, padded decode rows and their token_to_req_indices are never read."""
+    from codegen import reference_decode, reference_prefill
+
+    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+    args = _prefill()
+    args["block_table"] = _table_with(args, 0, 3, -7)  # request 0 has 1 block: entry 3 is unused
+    out = sparse_attn_prefill(**args, arch="sm90")
+    ref = reference_prefill(**dict(args, output=None))
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-4)
+    varlen = _decode(varlen_q_lens=[2, 0], padded_rows=1)
+    out = sparse_attn_decode(**varlen, arch="sm90")
+    ref = reference_decode(**dict(varlen, output=None))
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-4)
+
+
+def test_unset_means_values_are_never_read(monkeypatch):
+    """The default path reads no value (no device sync): the checks are not even entered, and the
+    issue's bad values run (the kernels stay in bounds on them)."""
+    monkeypatch.delenv("MSA_TUNE_CHECK_VALUES", raising=False)
+    entered = []
+    monkeypatch.setattr(value_checks, "_host", lambda x: entered.append(x) or x)
+    sparse_attn_decode(**dict(_decode(), seq_lens=_i32([-5, 700])), arch="sm90")
+    assert entered == []
+    for value in ("0", "", "yes"):  # only "1" turns it on
+        monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", value)
+        assert not value_checks.values_checked()
+    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+    assert value_checks.values_checked()
