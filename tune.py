@@ -19,12 +19,14 @@ table), which the runtime loads.
 Any number of workers may run the same command against one --storage (one process per GPU, on one
 host or many): each bucket's study is worked by whoever is free, no config is measured twice, and
 the worker that finishes a bucket's confirmation writes it to the JSON (docs/multi-gpu-tuning.md).
-Exit codes: 0 done, 2 bad arguments (one line naming the argument, before anything is touched),
-3 the study database cannot be reached or was lost, 1 anything else (e.g. no GPU to tune on).
+Exit codes: 0 done, 2 bad arguments (one line naming the argument, before anything is touched;
+an --out or SQLite --storage path that cannot be written included), 3 the study database cannot be
+reached or was lost, 1 anything else (e.g. no GPU to tune on); 141 when the reader of the output
+closed the pipe (`msa-tune --list | head -1`), quietly. Without a GPU, --interpret runs a smoke run
+(codegen/tuning/smoke.py) into an --out folder outside the repository.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -32,74 +34,10 @@ import pathlib
 import sys
 import time
 
+def _parser():
+    from codegen.tuning.argparsing import tune_parser
 
-def _parser() -> argparse.ArgumentParser:
-    from codegen import shapes as S
-    from codegen.tuning.argparsing import Parser
-
-    p = Parser(prog="msa-tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", default="auto", help="sm90 | gfx942 | auto (from the GPU; required with --interpret)")
-    p.add_argument("--interpret", action="store_true",
-                   help="run on the CPU under the Triton interpreter (pipeline test; timings are meaningless)")
-    p.add_argument("--kernels", default="prefill,decode", help="comma list of prefill, decode")
-    p.add_argument("--modes", default=",".join(f"{m}:{k}" for m, k in S.DEFAULT_MODES),
-                   help="comma list of SCALE_MODE:KV_DTYPE (default %(default)s)")
-    p.add_argument("--layouts", default=",".join(S.DEFAULT_LAYOUTS), help=f"head layouts from {sorted(S.HEAD_LAYOUTS)}")
-    p.add_argument("--decode-buckets", default=",".join(map(str, S.DECODE_BUCKETS)), help="decode requests per bucket")
-    p.add_argument("--prefill-buckets", default=",".join(map(str, S.PREFILL_BUCKETS)), help="prefill chunk tokens")
-    p.add_argument("--decode-context", type=int, default=8192, help="tokens cached per decode request")
-    p.add_argument("--prefill-prefix", type=int, default=0, help="cached prefix before the prefill chunk")
-    p.add_argument("--pattern", default="correlated", choices=("correlated", "random"),
-                   help="tiled prefill selections: neighbours share blocks (correlated) or not (random)")
-    p.add_argument("--prefill-paths", default="tiled,per_token",
-                   help="comma list of prefill launch paths to tune: tiled (block_t searched, --pattern "
-                        "selections) and per_token (block_t 1, unrelated selections after a prefix of at least "
-                        "4 x topk pages; its own sub-entry per bucket) (default %(default)s)")
-    p.add_argument("--head-dim", type=int, default=128, help="a power of two >= 16 (default %(default)s)")
-    p.add_argument("--topk", type=int, default=16, help="blocks selected per query row (default %(default)s)")
-    p.add_argument("--trials", type=int, default=40, help="configs evaluated per bucket (default %(default)s)")
-    p.add_argument("--bucket-time", type=float, default=300, help="seconds per bucket before it stops searching")
-    p.add_argument("--patience", type=int, default=None,
-                   help="stop a bucket's search after this many evaluated trials in a row that did not beat its "
-                        "best by more than 1%% (default: off, every bucket runs --trials)")
-    p.add_argument("--full-search", default="2",
-                   help="per table and launch path, the first N buckets of the grid's order (the ends of the token "
-                        "range) search the whole space; each later bucket measures only the default and the "
-                        "--leaders fastest configs of each of those studies (plus its --seed-from config). 'all': "
-                        "every bucket searches the whole space (default %(default)s)")
-    p.add_argument("--leaders", type=int, default=4,
-                   help="configs a bucket takes from each full search of its table (default %(default)s)")
-    p.add_argument("--time-budget", type=float, default=None, help="seconds for the whole run; the rest resumes later")
-    p.add_argument("--margin", type=float, default=0.03, help="min confirmed gain over the default (default 3%%)")
-    p.add_argument("--trial-timeout", type=float, default=180, help="seconds before a trial counts as hung")
-    p.add_argument("--storage", default=None,
-                   help="Optuna RDB URL (default: sqlite file tune_studies/<arch>__<DEVICE>.db in the repo, resumable)")
-    p.add_argument("--out", type=pathlib.Path, default=None, help="config folder (default: the repo's tuned_configs/)")
-    p.add_argument("--precompile-workers", type=int, default=None, help="parallel compile processes (default: cores-2, max 12)")
-    p.add_argument("--no-static-check", action="store_true", help="skip the ahead-of-time resource check")
-    p.add_argument("--candidates", default=None,
-                   help="JSON list of configs to search instead of the whole space (the default is always added), "
-                        'or an object of such lists by table ({"decode/scalar/fp8/16x1": [...], ...}: a table '
-                        "left out searches the default alone); @FILE reads the JSON from FILE")
-    p.add_argument("--seed-from", default="auto",
-                   help="a tuned-config JSON (e.g. the file before a kernel change): each study tries that "
-                        "file's configs for its table first, after the default (they count as trials); 'auto' "
-                        "(default): the file this run writes, when it exists; 'none': no seeds")
-    p.add_argument("--runner", default=None, help=argparse.SUPPRESS)  # module:function, for tests
-    p.add_argument("--heartbeat", type=int, default=10,
-                   help="seconds between trial heartbeats; a trial silent for 3 beats is failed and retried")
-    p.add_argument("--db-retries", type=int, default=5,
-                   help="retries of a database call that lost its connection, with backoff 1, 2, 4, ... s "
-                        "(default %(default)s); then the worker stops with exit code 3")
-    p.add_argument("--db-retry-seconds", type=float, default=30.0,
-                   help="at most this long waiting for the database per call (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--list", action="store_true",
-                   help="print the buckets and the output file, then exit (no GPU needed)")
-    p.add_argument("--write-defaults", metavar="DEVICE_NAME", default=None,
-                   help="no GPU needed: write the arch defaults for DEVICE_NAME (with --arch) as an unmeasured "
-                        "file, e.g. for a GPU nobody could tune on yet")
-    return p
+    return tune_parser(__doc__)
 
 
 def _check(args) -> None:
@@ -172,6 +110,15 @@ def _check(args) -> None:
             raise ValueError(f"--candidates: table(s) {unknown} are not in this run's grid; expected some of {sorted(tables)}")
     if args.candidates is not None and args.arch != "auto":  # with auto: once the GPU names the arch (main)
         _check_candidates(args.candidates, grid)
+    if args.interpret_any_size and not args.interpret:
+        raise ValueError("--interpret-any-size: only means something with --interpret")
+    if args.interpret and not args.write_defaults:
+        from codegen import tuned_store
+        from codegen.tuning import smoke
+
+        smoke.check_out(args.out, tuned_store.REPO_CONFIG_DIR.parent)
+        if not args.list:  # listing a large grid is how to see it
+            smoke.check_size(args, grid)
 
 
 def _check_candidates(candidates, grid) -> None:
@@ -223,8 +170,10 @@ def _device(args) -> tuple[str, str | None]:
     if not torch.cuda.is_available():
         if args.list:
             return args.arch, None
-        raise NoDevice("no GPU found. Tune on the GPU you serve on, or run a pipeline test with "
-                       "--interpret --arch sm90 (timings then mean nothing).")
+        from codegen.tuning.smoke import SMOKE_COMMAND
+
+        raise NoDevice(f"no GPU found. Tune on the GPU you serve on, or test the pipeline on this CPU (timings "
+                       f"then mean nothing): bash scripts/tune.sh, which runs {SMOKE_COMMAND}")
     from codegen.validate import detect_device_arch
 
     arch = detect_device_arch(torch.device("cuda"))
@@ -255,6 +204,18 @@ def _list(args, arch: str, device_name: str | None, grid: list) -> int:
 
 
 def main(argv=None) -> int:
+    """The msa-tune command (exit codes: the module docstring). A reader that closes the pipe
+    early (`msa-tune --list | head -1`) ends it quietly, as the shell does a process killed by
+    SIGPIPE (exit 141), after the run's own clean-up."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # Whatever is still buffered for the closed pipe would raise again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["status"], ["export"]):
         from codegen.tuning import status
@@ -278,9 +239,14 @@ def main(argv=None) -> int:
     from codegen import tuned_store
 
     if args.write_defaults:
-        from codegen.tuning import publish
+        from codegen.tuning import outputs, publish
 
         out_path = (args.out or tuned_store.REPO_CONFIG_DIR) / tuned_store.file_name(args.arch, args.write_defaults)
+        try:
+            outputs.check_out(out_path)
+        except ValueError as exc:
+            print(f"msa-tune: {exc}", file=sys.stderr)
+            return 2
         grid = _grid(args, args.arch, tuned_store.normalize_device_name(args.write_defaults))
         versions = dict(_versions(), cuda=None, hip=None)
         publish.write_defaults(out_path, args.arch, args.write_defaults, grid, versions, argv)
@@ -305,6 +271,7 @@ def main(argv=None) -> int:
 def _tune(args, argv, arch: str, device_name: str) -> int:
     from codegen import tuned_store
     from codegen.tuning.gpu_lock import new_lock_path, remove_lock
+    from codegen.tuning import outputs
     from codegen.tuning.heartbeats import OptunaIncompatible
     from codegen.tuning.preparer import Preparer
     from codegen.tuning.publish import Publisher
@@ -326,6 +293,12 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
         except ValueError as exc:
             print(f"msa-tune: {exc} (--seed-from none: tune without it)", file=sys.stderr)
             return 2
+    try:  # every path this run writes, before the first trial (not after the whole tune)
+        outputs.check_out(out_path)
+        outputs.check_storage(storage)
+    except ValueError as exc:
+        print(f"msa-tune: {exc}", file=sys.stderr)
+        return 2
     print(f"msa-tune: {device_name} ({arch}, normalized {device}), triton {versions['triton']}, torch {versions['torch']}")
     print(f"msa-tune: will write {out_path}")
     print(f"msa-tune: studies in {display_url(storage)}")
@@ -345,11 +318,6 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
                             db_retry_s=args.db_retry_seconds, gpu_lock=None if args.interpret else new_lock_path())
     log = lambda line: print(line, flush=True)  # noqa: E731
     try:
-        if storage.startswith("sqlite:///"):
-            try:
-                pathlib.Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StorageUnavailable(storage, f"cannot create its folder: {exc}", at_startup=True) from None
         state = TunerState(settings, log=log)  # connects now: an unreachable database stops us here
     except (StorageUnavailable, OptunaIncompatible, ValueError) as exc:
         return startup_failure(exc)
@@ -368,6 +336,13 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
         print(state.report(), flush=True)
         print(f"msa-tune: {exc}", file=sys.stderr, flush=True)
         return 3
+    except OSError as exc:  # e.g. --out filled up or became read-only mid-run; its claim is released
+        if isinstance(exc, BrokenPipeError):
+            raise  # the reader left: main() ends quietly
+        print(results_table(results, time.monotonic() - started))
+        print(f"msa-tune: {exc}; every trial recorded so far is kept, re-run the same command to resume",
+              file=sys.stderr, flush=True)
+        return 1
     finally:
         worker.close()
         preparer.close()

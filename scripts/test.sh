@@ -13,6 +13,10 @@ if [ -n "${MSA_TUNE_TEST_PG_URL:-}" ]; then
   # .ci/run starts the server (scripts/postgres.sh) and sets the URL; without it these tests are skipped.
   echo "== shared studies on PostgreSQL: tune.py workers on one database, one killed, one losing it"
   $PY -m pytest -q -n 2 tests/postgres
+else
+  echo "== SKIPPED tests/postgres (tune.py workers sharing one PostgreSQL study): MSA_TUNE_TEST_PG_URL is not set." \
+       "To run them: .ci/run (starts a throwaway server; installs Debian's postgresql as root if missing)," \
+       "or MSA_TUNE_TEST_PG_URL=postgresql+psycopg://USER@HOST/DB bash scripts/test.sh"
 fi
 if [ -d tests/static ]; then
   echo "== static compile gates (sm90 + gfx942, ahead of time, on the GPU image's triton; no interpreter)"
@@ -24,4 +28,6 @@ if [ "${MSA_TUNE_VLLM_VENV:-1}" = 1 ]; then
   echo "== vLLM plugin: loaded by vLLM 0.33.0's load_general_plugins, calls through vLLM's modules (interpreter)"
   bash scripts/setup_vllm.sh
   .venv-vllm/bin/python -m pytest -q tests/vllm
+else
+  echo "== SKIPPED tests/vllm: MSA_TUNE_VLLM_VENV=${MSA_TUNE_VLLM_VENV}; unset it to run them"
 fi

@@ -3,6 +3,13 @@ stderr and exit code 2, found before any study, database or file is touched."""
 from __future__ import annotations
 
 import argparse
+import pathlib
+
+
+USAGE = """msa-tune [options]                 tune (see the options below)
+       msa-tune status [--storage URL] ...   per bucket: trials, best, workers alive (status --help)
+       msa-tune export [--storage URL] ...   rebuild tuned_configs/*.json from the studies (export --help)
+       msa-tune table [FILE ...]             a tuned-config file as a markdown table (table --help)"""
 
 
 class Parser(argparse.ArgumentParser):
@@ -48,3 +55,92 @@ def database_url(name: str, url: str | None) -> None:
         # Not echoed: a URL that does not parse may still hold a password.
         raise ValueError(f"{name}: not a database URL SQLAlchemy understands "
                          f"(e.g. sqlite:////abs/path.db, postgresql+psycopg://user@host/db)") from None
+
+
+def tune_parser(description: str) -> argparse.ArgumentParser:
+    """msa-tune's own options (tune.py checks their values: _check); `description`: tune.py's docstring."""
+    from .. import shapes as S
+
+    p = Parser(prog="msa-tune", description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+               usage=USAGE)
+    p.add_argument("--arch", default="auto",
+                   help="sm90 | gfx942 | auto (from the GPU; required with --interpret) (default %(default)s)")
+    p.add_argument("--interpret", action="store_true",
+                   help="run on the CPU under the Triton interpreter: a pipeline test (timings are meaningless), "
+                        "on a smoke-sized grid, into an --out folder outside the repository")
+    p.add_argument("--interpret-any-size", action="store_true",
+                   help="with --interpret: run a grid larger than a smoke run anyway (it may take hours)")
+    p.add_argument("--kernels", default="prefill,decode", help="comma list of prefill, decode (default %(default)s)")
+    p.add_argument("--modes", default=",".join(f"{m}:{k}" for m, k in S.DEFAULT_MODES),
+                   help="comma list of SCALE_MODE:KV_DTYPE (default %(default)s)")
+    p.add_argument("--layouts", default=",".join(S.DEFAULT_LAYOUTS),
+                   help=f"comma list of head layouts from {sorted(S.HEAD_LAYOUTS)} (default %(default)s)")
+    p.add_argument("--decode-buckets", default=",".join(map(str, S.DECODE_BUCKETS)),
+                   help="comma list of decode requests per bucket (default %(default)s)")
+    p.add_argument("--prefill-buckets", default=",".join(map(str, S.PREFILL_BUCKETS)),
+                   help="comma list of prefill chunk tokens per bucket (default %(default)s)")
+    p.add_argument("--decode-context", type=int, default=8192,
+                   help="tokens cached per decode request (default %(default)s)")
+    p.add_argument("--prefill-prefix", type=int, default=0,
+                   help="cached prefix before the prefill chunk (default %(default)s)")
+    p.add_argument("--pattern", default="correlated", choices=("correlated", "random"),
+                   help="tiled prefill selections: neighbours share blocks (correlated) or not (random) "
+                        "(default %(default)s)")
+    p.add_argument("--prefill-paths", default="tiled,per_token",
+                   help="comma list of prefill launch paths to tune: tiled (block_t searched, --pattern "
+                        "selections) and per_token (block_t 1, unrelated selections after a prefix of at least "
+                        "4 x topk pages; its own sub-entry per bucket) (default %(default)s)")
+    p.add_argument("--head-dim", type=int, default=128, help="a power of two >= 16 (default %(default)s)")
+    p.add_argument("--topk", type=int, default=16, help="blocks selected per query row (default %(default)s)")
+    p.add_argument("--trials", type=int, default=40, help="configs evaluated per bucket (default %(default)s)")
+    p.add_argument("--bucket-time", type=float, default=300,
+                   help="seconds per bucket before it stops searching (default %(default)s)")
+    p.add_argument("--patience", type=int, default=None,
+                   help="stop a bucket's search after this many evaluated trials in a row that did not beat its "
+                        "best by more than 1%% (default: off, every bucket runs --trials)")
+    p.add_argument("--full-search", default="2",
+                   help="per table and launch path, the first N buckets of the grid's order (the ends of the token "
+                        "range) search the whole space; each later bucket measures only the default and the "
+                        "--leaders fastest configs of each of those studies (plus its --seed-from config). 'all': "
+                        "every bucket searches the whole space (default %(default)s)")
+    p.add_argument("--leaders", type=int, default=4,
+                   help="configs a bucket takes from each full search of its table (default %(default)s)")
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="seconds for the whole run; the rest resumes later (default: no limit)")
+    p.add_argument("--margin", type=float, default=0.03, help="min confirmed gain over the default (default 3%%)")
+    p.add_argument("--trial-timeout", type=float, default=180,
+                   help="seconds before a trial counts as hung (default %(default)s)")
+    p.add_argument("--storage", default=None,
+                   help="Optuna RDB URL (default: sqlite file tune_studies/<arch>__<DEVICE>.db in the repo, resumable)")
+    p.add_argument("--out", type=pathlib.Path, default=None,
+                   help="config folder, created (and said) if missing (default: the repo's tuned_configs/; "
+                        "required with --interpret, outside the repo)")
+    p.add_argument("--precompile-workers", type=int, default=None, help="parallel compile processes (default: cores-2, max 12)")
+    p.add_argument("--no-static-check", action="store_true",
+                   help="skip the ahead-of-time resource check (default: checked on a GPU, skipped with --interpret)")
+    p.add_argument("--candidates", default=None,
+                   help="JSON list of configs to search instead of the whole space (the default is always added), "
+                        'or an object of such lists by table ({"decode/scalar/fp8/16x1": [...], ...}: a table '
+                        "left out searches the default alone); @FILE reads the JSON from FILE (default: the whole "
+                        "space)")
+    p.add_argument("--seed-from", default="auto",
+                   help="a tuned-config JSON (e.g. the file before a kernel change): each study tries that "
+                        "file's configs for its table first, after the default (they count as trials); 'auto' "
+                        "(default): the file this run writes, when it exists; 'none': no seeds")
+    p.add_argument("--runner", default=None, help=argparse.SUPPRESS)  # module:function, for tests
+    p.add_argument("--heartbeat", type=int, default=10,
+                   help="seconds between trial heartbeats; a trial silent for 3 beats is failed and retried "
+                        "(default %(default)s)")
+    p.add_argument("--db-retries", type=int, default=5,
+                   help="retries of a database call that lost its connection, with backoff 1, 2, 4, ... s "
+                        "(default %(default)s); then the worker stops with exit code 3")
+    p.add_argument("--db-retry-seconds", type=float, default=30.0,
+                   help="at most this long waiting for the database per call (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the search's samplers, mixed with each table's name (default %(default)s)")
+    p.add_argument("--list", action="store_true",
+                   help="print the buckets, the output file and the study database, then exit (no GPU needed)")
+    p.add_argument("--write-defaults", metavar="DEVICE_NAME", default=None,
+                   help="no GPU needed: write the arch defaults for DEVICE_NAME (with --arch) as an unmeasured "
+                        "file, e.g. for a GPU nobody could tune on yet (default: off)")
+    return p

@@ -2,7 +2,8 @@
 
 The claim is a study user attribute {"tuner", "beat", "done"} changed only by compare-and-set on
 the database row, kept alive by a beat; a claim whose beat stops moving for 3 heartbeats (its
-worker died) is taken over by the next worker that visits the bucket.
+worker died) is taken over by the next worker that visits the bucket. A worker that fails while
+finishing (it is alive to see it) deletes its claim instead, so nobody waits for it.
 """
 from __future__ import annotations
 
@@ -38,6 +39,16 @@ def claim_insert(storage, study_id: int, value: str) -> bool:
         return True
     except sx.IntegrityError:
         return False
+
+
+def claim_delete(storage, study_id: int, value: str) -> bool:
+    """Compare-and-delete: the claim goes only if it still is `value` (ours)."""
+    import sqlalchemy as sa
+
+    t = _attrs_table()
+    with storage.engine.begin() as conn:
+        result = conn.execute(sa.delete(t).where(t.c.study_id == study_id, t.c.key == CLAIM, t.c.value_json == value))
+        return result.rowcount == 1
 
 
 def claim_swap(storage, study_id: int, old: str, new: str) -> bool:
@@ -91,6 +102,20 @@ class FinishClaim:
     def stop(self):
         self._stop.set()
         self._thread.join(5)
+
+    def release(self) -> None:
+        """Gives the bucket back after a failure here (e.g. the table could not be written), so the
+        next worker claims it at once instead of waiting 3 heartbeats for this one to look dead.
+        Best effort: with the database gone, the claim goes stale as it would for a dead worker."""
+        self.stop()
+        with self._lock:
+            if self.lost:
+                return
+            try:
+                claim_delete(self._storage, self._study_id, self.value)
+            except Exception:  # noqa: BLE001 - the failure being reported matters more
+                pass
+            self.lost = True
 
 
 def try_claim(state, study_id: int, tuner: str) -> FinishClaim | None:

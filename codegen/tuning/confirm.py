@@ -41,19 +41,23 @@ def finish_claimed(bucket, study, study_name, settings, worker, log, state, clai
     """Under this worker's finish claim: confirm, publish (the JSON), record the result, release.
     Returns the BucketResult, or BUSY when another worker took the claim over meanwhile."""
     try:
-        result = finish(bucket, study, study_name, settings, worker, log, state)
-    finally:
-        claim.stop()
-    if not state.db(claim.beat):  # taken over while we looked dead: the new holder publishes
-        log(f"  {bucket.label}: another worker took over finishing it")
-        return BUSY
-    record = publish(result) if publish else {}
-    done = len(evaluated(study.get_trials(deepcopy=False)))
-    study.set_user_attr(RESULT, dict(record or {}, complete=complete, target=target, evaluated=done,
-                                     tuner=TUNER_ID, config=result.config.to_dict(), is_default=result.is_default,
-                                     default_us=result.default_us, tuned_us=result.tuned_us, note=result.note,
-                                     finished_at=datetime.datetime.now(datetime.timezone.utc)
-                                     .isoformat(timespec="seconds")))
+        try:
+            result = finish(bucket, study, study_name, settings, worker, log, state)
+        finally:
+            claim.stop()
+        if not state.db(claim.beat):  # taken over while we looked dead: the new holder publishes
+            log(f"  {bucket.label}: another worker took over finishing it")
+            return BUSY
+        record = publish(result) if publish else {}
+        done = len(evaluated(study.get_trials(deepcopy=False)))
+        study.set_user_attr(RESULT, dict(record or {}, complete=complete, target=target, evaluated=done,
+                                         tuner=TUNER_ID, config=result.config.to_dict(), is_default=result.is_default,
+                                         default_us=result.default_us, tuned_us=result.tuned_us, note=result.note,
+                                         finished_at=datetime.datetime.now(datetime.timezone.utc)
+                                         .isoformat(timespec="seconds")))
+    except BaseException:  # this worker stops here: the bucket goes back to whoever comes next
+        claim.release()
+        raise
     state.db(claim.beat, done=True)
     state.finished.append(study_name)
     return result
