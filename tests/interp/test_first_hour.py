@@ -241,3 +241,20 @@ def test_test_sh_says_what_it_skips_and_how_to_run_it(tmp_path):
     assert "MSA_TUNE_TEST_PG_URL=postgresql+psycopg://" in proc.stdout
     assert "== SKIPPED tests/vllm: MSA_TUNE_VLLM_VENV=0" in proc.stdout
     assert "tests/postgres" not in log.read_text(), "skipped means not run"
+
+
+# --- 3, 6, 10. the README
+
+
+def test_the_readme_is_short_says_where_commands_live_and_what_is_checked():
+    text = (REPO / "README.md").read_text()
+    assert len(text.encode()) <= 14_000, f"README.md is {len(text.encode())} bytes; keep it <= 14 KB"
+    assert text.count("source .venv/bin/activate") == 1 and text.count(".venv/bin/msa-tune") == 1
+    results = text.split("## Results\n", 1)[1].split("\n## ", 1)[0]
+    assert results.strip() == "Measured runs, one line each: [results/README.md](results/README.md).", results
+    bad_input = text.split("- **Bad input**", 1)[1].split("\n- ", 1)[0]
+    for said in ("shapes", "dtypes", "devices", "device sync", "MSA_TUNE_CHECK_VALUES=1", "first offending index",
+                 "outside"):
+        assert said in bad_input, said
+    index = (REPO / "results" / "README.md").read_text()
+    assert index.startswith("# results\n")
