@@ -6,10 +6,12 @@ set the variable (also inside vLLM's processes) while debugging a caller. Each f
 ValueError naming the argument and the first offending index.
 
 What the kernels do without it (README "Bad input"): a token sees the keys before min(its
-position + 1, seq_len), so a negative or too small seq_len, and any prefix_lens, give wrong (or
-zero) rows but stay in bounds; a seq_len longer than its block-table row makes the kernels read
-past that row. cu_seqlens_q, query_start_loc, token_to_req_indices and the block-table entries a
-request uses are addresses, used unchecked: out-of-range ones read or write outside the tensors.
+position + 1, seq_len), so a negative or too small seq_len, any prefix_lens, and decode's
+query_start_loc give wrong (or zero) rows but stay in bounds; a seq_len longer than its
+block-table row can make the kernels read past that row (decode always; prefill when prefix_lens
+is that long too). cu_seqlens_q (prefill's rows of q, topk_idx and output), token_to_req_indices
+and the block-table entries a request uses are addresses, used unchecked: out-of-range ones read
+or write outside those tensors.
 """
 from __future__ import annotations
 
