@@ -172,7 +172,7 @@ def test_a_database_that_refuses_connections_is_a_clear_error(tmp_path):
     password hidden, never a traceback."""
     url = f"postgresql+psycopg://tuner:s3cret@127.0.0.1:{_closed_port()}/msa_tune"
     shown = url.replace("s3cret", "***")
-    tune_args = [*TINY, "--kernels", "decode", "--decode-buckets", "2", "--out", str(tmp_path / "cfg"),
+    tune_args = [*TINY, "--kernels", "decode", "--decode-buckets", "2", "--trials", "4", "--out", str(tmp_path / "cfg"),
                  "--db-retries", "2", "--db-retry-seconds", "3"]
     # (An SQLite file that cannot be created is a bad --storage, exit 2: test_cli.py.)
     for argv in (tune_args + ["--storage", url],
