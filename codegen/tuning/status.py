@@ -37,13 +37,14 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--storage", default=None,
                        help="the study database URL the workers use (default: the one tune_studies/*.db of "
                             "the repo, if there is exactly one)")
-        s.add_argument("--db-retries", type=int, default=2, help="retries when the database is unreachable")
-        s.add_argument("--db-retry-seconds", type=float, default=5.0, help="at most this long waiting for it")
+        s.add_argument("--db-retries", type=int, default=2, help="retries when the database is unreachable (default %(default)s)")
+        s.add_argument("--db-retry-seconds", type=float, default=5.0, help="at most this long waiting for it, in seconds (default %(default)s)")
         if name == "status":
             s.add_argument("--recent", type=float, default=120,
-                           help="list workers that recorded a trial within this many seconds as recently active")
+                           help="list workers that recorded a trial within this many seconds as recently active "
+                                "(default %(default)s)")
             s.add_argument("--watch", type=float, default=None, metavar="SECONDS",
-                           help="print again every SECONDS until interrupted")
+                           help="print again every SECONDS until interrupted (default: once)")
         else:
             s.add_argument("--out", type=pathlib.Path, default=None,
                            help="config folder (default: the repo's tuned_configs/)")

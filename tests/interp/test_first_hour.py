@@ -258,3 +258,17 @@ def test_the_readme_is_short_says_where_commands_live_and_what_is_checked():
         assert said in bad_input, said
     index = (REPO / "results" / "README.md").read_text()
     assert index.startswith("# results\n")
+
+
+def test_status_and_export_options_say_their_defaults():
+    import argparse
+
+    from codegen.tuning import status
+
+    subparsers = next(a for a in status._parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subparsers.choices.items():
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, (name, action.option_strings)
+            assert action.nargs == 0 or "default" in action.help, (name, action.option_strings)
