@@ -58,6 +58,12 @@ except ImportError:  # pragma: no cover - older or newer torch
     pass
 
 
+def device_state(q) -> tuple[int, int, bool]:
+    """(current device, its current stream, whether the stream is capturing a graph) for a call
+    on q's device; (-1, 0, False) on the CPU (the interpreter)."""
+    return _cuda_state() if q.is_cuda else (-1, 0, False)
+
+
 def _hashable(value):
     """A key part for an option argument: configs given as dicts become their items."""
     if isinstance(value, dict):
@@ -73,11 +79,7 @@ def call_key(family: str, tensors: tuple, scalars: tuple, options: tuple):
                       for t in tensors])
     except (AttributeError, TypeError):
         return None, False
-    q = tensors[0]
-    if q.is_cuda:
-        device, stream, capturing = _cuda_state()
-    else:
-        device, stream, capturing = -1, 0, False
+    device, stream, capturing = device_state(tensors[0])
     key = (family, sigs, tuple([(type(s), s) for s in scalars]), tuple([_hashable(o) for o in options]),
            device, stream)
     return key, not capturing
