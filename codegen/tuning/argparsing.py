@@ -9,7 +9,8 @@ import pathlib
 USAGE = """msa-tune [options]                 tune (see the options below)
        msa-tune status [--storage URL] ...   per bucket: trials, best, workers alive (status --help)
        msa-tune export [--storage URL] ...   rebuild tuned_configs/*.json from the studies (export --help)
-       msa-tune table [FILE ...]             a tuned-config file as a markdown table (table --help)"""
+       msa-tune table [FILE ...]             a tuned-config file as a markdown table (table --help)
+       msa-tune warmup [--layouts L] ...     compile what the table can pick (warmup --help)"""
 
 
 class Parser(argparse.ArgumentParser):

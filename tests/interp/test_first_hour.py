@@ -177,7 +177,7 @@ def test_help_shows_the_subcommands_and_every_options_help_and_default():
 
     parser = tune._parser()
     usage = parser.format_usage()
-    for sub in ("status", "export", "table"):
+    for sub in ("status", "export", "table", "warmup"):
         assert f"msa-tune {sub}" in usage, usage
     missing_help, missing_default = [], []
     for action in parser._actions:

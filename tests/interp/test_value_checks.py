@@ -129,3 +129,15 @@ def test_unset_means_values_are_never_read(monkeypatch):
         assert not value_checks.values_checked()
     monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
     assert value_checks.values_checked()
+
+
+def test_values_are_checked_on_every_call_also_when_a_call_plan_is_reused(monkeypatch):
+    """A call plan is reused for every call of its shape; values change per call, so the check runs
+    before the plan lookup: the same shapes with a bad value are refused on the second call too."""
+    args = _decode()
+    monkeypatch.delenv("MSA_TUNE_CHECK_VALUES", raising=False)
+    sparse_attn_decode(**args, arch="sm90")  # builds this shape's plan, values unread
+    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+    sparse_attn_decode(**args, arch="sm90")  # the plan again: good values pass
+    args["seq_lens"][1] = -3  # in place, as a serving loop updates its metadata
+    _refused(sparse_attn_decode, args, "seq_lens[1]: expected >= 0, got -3")
