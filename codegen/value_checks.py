@@ -2,7 +2,7 @@
 
 validate.py looks at shapes, dtypes and devices only. Reading values means copying them to the
 host, a device sync per call (and impossible inside CUDA-graph capture), so it is off by default;
-set the variable (also inside vLLM's processes) while debugging a caller. Each failure is a
+set the variable (also for vLLM's processes) while debugging a caller. Each failure is a
 ValueError naming the argument and the first offending index.
 
 What the kernels do without it (README "Bad input"): a token sees the keys before min(its
@@ -25,9 +25,24 @@ from .variants import PAGE_SIZE
 ENV = "MSA_TUNE_CHECK_VALUES"
 
 
+_enabled: bool | None = None  # the environment's answer, read at the first call of this process
+
+
 def values_checked() -> bool:
-    """Read per call (one dict lookup, no device work), so setting it at any time takes effect."""
-    return os.environ.get(ENV) == "1"
+    """Whether MSA_TUNE_CHECK_VALUES=1. The environment is read once per process, at the first call
+    (vLLM's workers inherit it): an environment lookup costs microseconds, a call's whole host path
+    with a reused call plan little more. read_environment() reads it again."""
+    if _enabled is None:
+        return read_environment()
+    return _enabled
+
+
+def read_environment() -> bool:
+    """Reads MSA_TUNE_CHECK_VALUES now (only "1" turns the check on); for a change made after the
+    first call, e.g. os.environ set in a running interpreter."""
+    global _enabled
+    _enabled = os.environ.get(ENV) == "1"
+    return _enabled
 
 
 def check_prefill_call(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,

@@ -1,9 +1,29 @@
 """MSA_TUNE_CHECK_VALUES=1: index values checked on request, each failure a ValueError naming the
 argument and the first offending index, before any launch; unset, values are never read."""
+import os
+import pathlib
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from codegen import cases, sparse_attn_decode, sparse_attn_prefill, value_checks
+
+
+@pytest.fixture
+def checking(monkeypatch):
+    """MSA_TUNE_CHECK_VALUES set to `value` and read again (it is read once per process); afterwards
+    the next call reads the restored environment."""
+    def set_to(value):
+        if value is None:
+            monkeypatch.delenv("MSA_TUNE_CHECK_VALUES", raising=False)
+        else:
+            monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", value)
+        return value_checks.read_environment()
+
+    yield set_to
+    value_checks._enabled = None
 
 
 def _prefill(**change):
@@ -54,13 +74,13 @@ PREFILL = [
 
 
 @pytest.mark.parametrize("change, message", PREFILL, ids=[m.split(":")[0] for _, m in PREFILL])
-def test_prefill_values_are_refused_when_asked(monkeypatch, change, message):
-    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+def test_prefill_values_are_refused_when_asked(checking, change, message):
+    checking("1")
     _refused(sparse_attn_prefill, _prefill(**change), message)
 
 
-def test_prefill_block_table_ids_must_be_pages_of_the_cache(monkeypatch):
-    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+def test_prefill_block_table_ids_must_be_pages_of_the_cache(checking):
+    checking("1")
     args = _prefill()
     pages = args["kv_cache"].shape[0]
     _refused(sparse_attn_prefill, dict(args, block_table=_table_with(args, 1, 4, pages)),
@@ -79,13 +99,13 @@ DECODE = [
 
 
 @pytest.mark.parametrize("change, message", DECODE, ids=["-5", "-2**31"])
-def test_decode_values_are_refused_when_asked(monkeypatch, change, message):
-    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+def test_decode_values_are_refused_when_asked(checking, change, message):
+    checking("1")
     _refused(sparse_attn_decode, dict(_decode(), **change), message)
 
 
-def test_decode_block_ids_and_varlen_offsets_are_refused_when_asked(monkeypatch):
-    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+def test_decode_block_ids_and_varlen_offsets_are_refused_when_asked(checking):
+    checking("1")
     args = _decode()
     pages = args["kv_cache"].shape[0]
     _refused(sparse_attn_decode, dict(args, block_table=_table_with(args, 1, 5, pages + 7)),
@@ -99,12 +119,12 @@ def test_decode_block_ids_and_varlen_offsets_are_refused_when_asked(monkeypatch)
              "token_to_req_indices[2]: expected a request in [0, 2), got 2")
 
 
-def test_good_values_pass_the_check_and_unused_entries_may_hold_anything(monkeypatch):
+def test_good_values_pass_the_check_and_unused_entries_may_hold_anything(checking):
     """With the check on, valid calls run (and agree with the reference): block-table entries past
     a request's blocks, padded decode rows and their token_to_req_indices are never read."""
     from codegen import reference_decode, reference_prefill
 
-    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+    checking("1")
     args = _prefill()
     args["block_table"] = _table_with(args, 0, 3, -7)  # request 0 has 1 block: entry 3 is unused
     out = sparse_attn_prefill(**args, arch="sm90")
@@ -116,28 +136,37 @@ def test_good_values_pass_the_check_and_unused_entries_may_hold_anything(monkeyp
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-4)
 
 
-def test_unset_means_values_are_never_read(monkeypatch):
+def test_unset_means_values_are_never_read(checking, monkeypatch):
     """The default path reads no value (no device sync): the checks are not even entered, and the
     issue's bad values run (the kernels stay in bounds on them)."""
-    monkeypatch.delenv("MSA_TUNE_CHECK_VALUES", raising=False)
+    checking(None)
     entered = []
     monkeypatch.setattr(value_checks, "_host", lambda x: entered.append(x) or x)
     sparse_attn_decode(**dict(_decode(), seq_lens=_i32([-5, 700])), arch="sm90")
     assert entered == []
-    for value in ("0", "", "yes"):  # only "1" turns it on
-        monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", value)
-        assert not value_checks.values_checked()
-    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
-    assert value_checks.values_checked()
+    assert [checking(value) for value in ("0", "", "yes", "1")] == [False, False, False, True]  # only "1"
 
 
-def test_values_are_checked_on_every_call_also_when_a_call_plan_is_reused(monkeypatch):
+def test_the_environment_is_read_at_the_first_call_of_a_process(tmp_path):
+    """As in a vLLM worker: the variable comes with the process's environment."""
+    code = ("import torch; from codegen import cases, sparse_attn_decode\n"
+            "case = cases.decode_case(arch='sm90', seq_lens=[300], num_q_heads=8, num_kv_heads=2, head_dim=32, topk=4)\n"
+            "case.args['seq_lens'][0] = -5\n"
+            "try:\n    sparse_attn_decode(**case.args, arch='sm90')\nexcept ValueError as e:\n    print(e)\n")
+    env = dict(os.environ, TRITON_INTERPRET="1", MSA_TUNE_CHECK_VALUES="1",
+               PYTHONPATH=str(pathlib.Path(value_checks.__file__).resolve().parents[1]))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.stdout == "seq_lens[0]: expected >= 0, got -5\n", proc
+
+
+def test_values_are_checked_on_every_call_also_when_a_call_plan_is_reused(checking):
     """A call plan is reused for every call of its shape; values change per call, so the check runs
     before the plan lookup: the same shapes with a bad value are refused on the second call too."""
     args = _decode()
-    monkeypatch.delenv("MSA_TUNE_CHECK_VALUES", raising=False)
+    checking(None)
     sparse_attn_decode(**args, arch="sm90")  # builds this shape's plan, values unread
-    monkeypatch.setenv("MSA_TUNE_CHECK_VALUES", "1")
+    checking("1")
     sparse_attn_decode(**args, arch="sm90")  # the plan again: good values pass
     args["seq_lens"][1] = -3  # in place, as a serving loop updates its metadata
     _refused(sparse_attn_decode, args, "seq_lens[1]: expected >= 0, got -3")
