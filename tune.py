@@ -35,6 +35,7 @@ import pathlib
 import sys
 import time
 
+
 def _parser():
     from codegen.tuning.argparsing import tune_parser
 
@@ -275,8 +276,8 @@ def _main(argv=None) -> int:
 
 def _tune(args, argv, arch: str, device_name: str) -> int:
     from codegen import tuned_store
-    from codegen.tuning.gpu_lock import new_lock_path, remove_lock
     from codegen.tuning import outputs
+    from codegen.tuning.gpu_lock import new_lock_path, remove_lock
     from codegen.tuning.heartbeats import OptunaIncompatible
     from codegen.tuning.preparer import Preparer
     from codegen.tuning.publish import Publisher
