@@ -72,11 +72,11 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
     one is given (a given config runs as given). fold_scales=False runs the seed's unfolded
     scalar-scale baseline (for benchmarks)."""
     tensors = (q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale)
-    key, cacheable = call_plans.call_key("prefill", tensors, (max_query_len, num_kv_heads, sm_scale),
-                                         (arch, config, fold_scales, selection))
+    key, cacheable, stream, pointers = call_plans.call_key("prefill", tensors, (max_query_len, num_kv_heads, sm_scale),
+                                                           (arch, config, fold_scales, selection))
     plan = call_plans.PLANS.get(key) if cacheable else None
     if plan is not None:
-        plan.run(tensors)
+        plan.run(tensors, pointers, stream)
         return output
     plan = _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, arch=arch, config=config,
                          fold_scales=fold_scales, selection=selection)
@@ -140,11 +140,11 @@ def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_head
     fold_scales=False runs the seed's unfolded scalar-scale baseline (for benchmarks)."""
     tensors = (q, kv_cache, topk_idx, block_table, seq_lens, output, k_scale, v_scale, query_start_loc,
                token_to_req_indices)
-    key, cacheable = call_plans.call_key("decode", tensors, (num_kv_heads, sm_scale, decode_query_len),
-                                         (arch, config, fold_scales))
+    key, cacheable, stream, pointers = call_plans.call_key("decode", tensors, (num_kv_heads, sm_scale, decode_query_len),
+                                                           (arch, config, fold_scales))
     plan = call_plans.PLANS.get(key) if cacheable else None
     if plan is not None:
-        plan.run(tensors)
+        plan.run(tensors, pointers, stream)
         return output
     plan = _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, arch=arch, config=config,
                         fold_scales=fold_scales)
