@@ -53,9 +53,10 @@ def _use_pdl(q: torch.Tensor) -> bool:
 
 
 # The call's tensors in the order plans address them (codegen.plan: slots by role).
-PREFILL_ROLES = ("q", "kv_cache", "topk_idx", "block_table", "cu_seqlens_q", "seq_lens", "prefix_lens", "output",
-                 "k_scale", "v_scale")
-DECODE_ROLES = ("q", "kv_cache", "topk_idx", "block_table", "seq_lens", "output", "k_scale", "v_scale",
+# The layer's tensors first (codegen.plan.LAYER_TENSORS of them), then the step's metadata.
+PREFILL_ROLES = ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale", "block_table", "cu_seqlens_q",
+                 "seq_lens", "prefix_lens")
+DECODE_ROLES = ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale", "block_table", "seq_lens",
                 "query_start_loc", "token_to_req_indices")
 
 
@@ -71,7 +72,7 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
     exits at once. None (the default): "auto" when the config comes from the loader, "tiled" when
     one is given (a given config runs as given). fold_scales=False runs the seed's unfolded
     scalar-scale baseline (for benchmarks)."""
-    tensors = (q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale)
+    tensors = (q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens)
     key, cacheable, stream, pointers = call_plans.call_key("prefill", tensors, (max_query_len, num_kv_heads, sm_scale),
                                                            (arch, config, fold_scales, selection))
     plan = call_plans.PLANS.get(key) if cacheable else None
@@ -87,7 +88,7 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
 
 def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, config, fold_scales, selection):
     """Validates a prefill call, resolves its configs, records and binds its launches, runs them once."""
-    q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale = tensors
+    q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens = tensors
     num_reqs = validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
                                              output, k_scale, v_scale, num_reqs)
@@ -112,7 +113,7 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
             per_token = resolve(dataclasses.replace(config, block_t=1) if explicit else None, per_token=True)
     module = load_module(arch, "prefill", scale_mode, fold_scales)
     roles = call_plans.views(tensors)
-    q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale = roles
+    q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens = roles
     recorded, buffers = [], []
     rest = (seq_lens, prefix_lens, max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale)
     if per_token is None:
@@ -138,7 +139,7 @@ def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_head
     writes and returns `output`. CUDA-graph safe: the grid, split count and buffers depend only on
     shapes, the fused merge's counters return to zero after every call, padded rows come out as zeros.
     fold_scales=False runs the seed's unfolded scalar-scale baseline (for benchmarks)."""
-    tensors = (q, kv_cache, topk_idx, block_table, seq_lens, output, k_scale, v_scale, query_start_loc,
+    tensors = (q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, seq_lens, query_start_loc,
                token_to_req_indices)
     key, cacheable, stream, pointers = call_plans.call_key("decode", tensors, (num_kv_heads, sm_scale, decode_query_len),
                                                            (arch, config, fold_scales))
@@ -155,7 +156,7 @@ def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_head
 
 def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, config, fold_scales):
     """Validates a decode call, resolves its config, records and binds its launches, runs them once."""
-    q, kv_cache, topk_idx, block_table, seq_lens, output, k_scale, v_scale, query_start_loc, token_to_req = tensors
+    q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, seq_lens, query_start_loc, token_to_req = tensors
     num_reqs = validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
                                              output, k_scale, v_scale, num_reqs)
@@ -165,7 +166,7 @@ def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, con
                              num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
     use_pdl = _use_pdl(q)
     roles = call_plans.views(tensors)
-    q, kv_cache, topk_idx, block_table, seq_lens, output, k_scale, v_scale, query_start_loc, token_to_req = roles
+    q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, seq_lens, query_start_loc, token_to_req = roles
     recorded, buffers = [], []
     counters = None
     if config.fuses_merge:  # zero between calls: the last split program of a row resets its counter

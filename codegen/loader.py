@@ -114,16 +114,20 @@ class TableStamp:
     (None: absent), and the override folder then set. `unchanged()` re-stats them (one stat a
     folder): a cached answer stays valid exactly as long as it says True."""
 
-    __slots__ = ("override", "paths", "mtimes")
+    __slots__ = ("override", "files")
 
     def __init__(self, arch: str, device_name: str):
         self.override = _override_raw()
         name = tuned_store.file_name(arch, device_name)
-        self.paths = tuple(str(folder / name) for folder in config_dirs())
-        self.mtimes = tuple(_mtime(path) for path in self.paths)
+        self.files = tuple((path, _mtime(path)) for path in (str(folder / name) for folder in config_dirs()))
 
     def unchanged(self) -> bool:
-        return _override_raw() == self.override and tuple([_mtime(path) for path in self.paths]) == self.mtimes
+        if _override_raw() != self.override:
+            return False
+        for path, mtime in self.files:
+            if _mtime(path) != mtime:
+                return False
+        return True
 
 
 def current_inputs_sha256(arch: str, kernel: str, scale_mode: str) -> str:

@@ -64,11 +64,7 @@ def device_state(q) -> tuple[int, int, bool]:
     return _cuda_state() if q.is_cuda else (-1, 0, False)
 
 
-def _hashable(value):
-    """A key part for an option argument: configs given as dicts become their items."""
-    if isinstance(value, dict):
-        return ("dict", tuple(value.items()))
-    return type(value), value
+LAYER_TENSORS = 6  # a call's tensors: its layer's (q, cache, top-k, output, scales) first, then the step's
 
 
 def call_key(family: str, tensors: tuple, scalars: tuple, options: tuple):
@@ -76,17 +72,35 @@ def call_key(family: str, tensors: tuple, scalars: tuple, options: tuple):
     argument is not a tensor where one is expected: validation then names it); cacheable: False
     inside a graph capture; stream: the current stream's handle; pointers: each tensor's address
     (0 for None), which the bound launches pass as they are (an int skips the launcher's
-    data_ptr() call and pointer query per argument: validation checked the devices)."""
+    data_ptr() call and pointer query per argument: validation checked the devices).
+
+    The step's metadata tensors are the same objects in every layer's call: their signatures are
+    remembered with the objects, their version counters (bumped by every in-place change, a resize
+    or restride included) and addresses, and reused while all three match."""
     try:
         pointers = [0 if t is None else t.data_ptr() for t in tensors]
-        sigs = tuple([None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
-                      for t, p in zip(tensors, pointers)])
+        sigs = [None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
+                for t, p in zip(tensors[:LAYER_TENSORS], pointers)]
+        step = tensors[LAYER_TENSORS:]
+        versions = [None if t is None else t._version for t in step]
+        memo = _step_memo.get(family)
+        if (memo is not None and all(a is b for a, b in zip(step, memo[0])) and memo[1] == versions
+                and memo[2] == pointers[LAYER_TENSORS:]):
+            step_sigs = memo[3]
+        else:
+            step_sigs = tuple([None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
+                               for t, p in zip(step, pointers[LAYER_TENSORS:])])
+            _step_memo[family] = (step, versions, pointers[LAYER_TENSORS:], step_sigs)
     except (AttributeError, TypeError):
         return None, False, 0, None
     device, stream, capturing = device_state(tensors[0])
-    key = (family, sigs, tuple([(type(s), s) for s in scalars]), tuple([_hashable(o) for o in options]),
-           device, stream)
+    # Types with the values: True == 1 and hashes like it, but only one of them passes validation.
+    key = (family, *sigs, step_sigs, *[(type(s), s) for s in scalars],
+           *[("dict", tuple(o.items())) if type(o) is dict else (type(o), o) for o in options], device, stream)
     return key, not capturing, stream, pointers
+
+
+_step_memo: dict = {}  # family -> (the last call's step tensors, their versions, addresses, signatures)
 
 
 class PlanCache:
@@ -98,16 +112,14 @@ class PlanCache:
         self._plans: dict = {}
 
     def get(self, key):
-        if key is None:
-            return None
         try:
             plan = self._plans.get(key)
         except TypeError:  # an unhashable argument (a list as a config, say): validation names it
             return None
-        if plan is not None and not plan.fresh():
-            self._plans.pop(key, None)
-            return None
-        return plan
+        if plan is None or plan.stamp is None or plan.stamp.unchanged():
+            return plan
+        self._plans.pop(key, None)
+        return None
 
     def put(self, key, plan) -> None:
         if key is None:
@@ -140,10 +152,11 @@ def views(tensors: tuple) -> tuple:
 class CallPlan:
     """The bound launches of one call shape, the buffers they own, and what keeps them valid."""
 
-    __slots__ = ("launches", "stamp", "config", "per_token_config", "buffers")
+    __slots__ = ("launches", "calls", "stamp", "config", "per_token_config", "buffers")
 
     def __init__(self, launches, *, stamp: TableStamp | None, config, per_token_config=None, buffers=()):
         self.launches = launches
+        self.calls = tuple(launch.fast or launch for launch in launches)
         self.stamp = stamp  # the tuned-table file the config came from (None: the config was given)
         self.config = config
         self.per_token_config = per_token_config
@@ -153,8 +166,8 @@ class CallPlan:
         return self.stamp is None or self.stamp.unchanged()
 
     def run(self, tensors: tuple, pointers: list, stream: int) -> None:
-        for launch in self.launches:
-            launch(tensors, pointers, stream)
+        for call in self.calls:
+            call(tensors, pointers, stream)
 
 
 def bind_recorded(recorded: list, roles: tuple, *, device: int) -> list:
@@ -297,8 +310,10 @@ class BoundLaunch:
             elif pos in descriptors:
                 role, block = descriptors[pos]
                 shape, strides, dtype = self.descriptor_layouts[pos]
-                namespace[f"d{pos}"] = _Descriptors(shape, strides, dtype, block, metas.pop(0), encode=entry is not None)
-                args.append(f"*d{pos}(p[{role}])" if entry else f"d{pos}(p[{role}])")
+                descriptors_of = _Descriptors(shape, strides, dtype, block, metas.pop(0), encode=entry is not None)
+                namespace[f"d{pos}"], namespace[f"D{pos}"] = descriptors_of, descriptors_of.cache
+                found = f"(D{pos}.get(p[{role}]) or d{pos}(p[{role}]))"
+                args.append(f"*{found}" if entry else found)
             else:
                 namespace[f"c{pos}"] = value
                 args.append(f"c{pos}")
