@@ -2,7 +2,7 @@
 (no GPU: the static gate's compile, codegen.static.compile_asm, and Triton's cuobjdump). What a page-loop change costs or saves
 in issued instructions, before any GPU time:
 
-  python benchmarks/sass_loops.py decode scalar tp1 '{"block_n": 64, "num_warps": 2, "num_stages": 3, "kv_upcast": 3, "kv_tma": 0}'
+  python benchmarks/probes/sass_loops.py decode scalar tp1 '{"block_n": 64, "num_warps": 2, "num_stages": 3, "kv_upcast": 3, "kv_tma": 0}'
 
 A loop is a backward branch's range; nested and peeled copies are listed each. Counts are static
 (per warp, per iteration), not executed instructions.
@@ -16,7 +16,7 @@ import pathlib
 import re
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 from codegen.configs import LaunchConfig  # noqa: E402
 from codegen.shapes import HEAD_LAYOUTS  # noqa: E402

@@ -5,7 +5,7 @@ and called with a column's config (as `bench.py --configs`: runtime, untuned, a 
 The compile and two warm-up calls run outside the range; only the next call's kernels are profiled:
 
   ncu --clock-control none --profile-from-start off --section SpeedOfLight ... \
-      python benchmarks/ncu_cases.py 'decode tp1 scalar b128 q1 ctx8k=runtime' \
+      python benchmarks/probes/ncu_cases.py 'decode tp1 scalar b128 q1 ctx8k=runtime' \
                                      'decode tp1 scalar b128 q1 ctx8k={"kv_tma": 0}'
 
 The kernels come out in the order of the arguments; this script prints that order (CASE=CONFIG
@@ -19,8 +19,8 @@ import sys
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # bench.py, plots.py
 
 from bench import build, grid, resolve  # noqa: E402
 from codegen import cases  # noqa: E402

@@ -1,6 +1,6 @@
 """Before/after table (markdown) and plots of bench.json files measured in one run.
 
-  python benchmarks/before_after.py --before b1.json [b2.json ...] --after a1.json [a2.json ...] \
+  python benchmarks/probes/before_after.py --before b1.json [b2.json ...] --after a1.json [a2.json ...] \
       [--plots DIR]
 
 Rows pair up by case label; each side keeps its own run's ceilings (`hbm_fraction` is the floor's
@@ -17,7 +17,7 @@ import pathlib
 import statistics
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # bench.py, plots.py
 from plots import ceiling_key  # noqa: E402  (benchmarks/plots.py; matplotlib only when plotting)
 
 

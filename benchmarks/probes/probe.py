@@ -6,7 +6,7 @@ Per case: per-call time from one CUDA graph of `--calls` calls over rotating inp
 replays), % of the HBM floor against a device copy measured in the same run, and the relative L2
 error of the fastest config of each kernel against the float32 reference.
 
-  python benchmarks/probe.py --before .before --out DIR [--kernel prefill] [--compile-jobs 12]
+  python benchmarks/probes/probe.py --before .before --out DIR [--kernel prefill] [--compile-jobs 12]
 
 `--before` is a tree of the previous main (its generated modules are loaded under other names).
 Compiles run first in `--compile-jobs` processes (each launches every config once), timings after.
@@ -23,7 +23,7 @@ import pathlib
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 

@@ -9,7 +9,7 @@ the JIT cache, compiles the same launches with codegen.static.compile_report, an
 - shared memory: GPU metadata.shared vs CPU shared_bytes;
 - specialization: the JIT's signature/constants/attrs vs what codegen.static assumed.
 
-    PYTHONPATH=. python3 benchmarks/compare_resources.py --out resources.json
+    PYTHONPATH=. python3 benchmarks/probes/compare_resources.py --out resources.json
 
 Prints a table and writes JSON; a field it cannot read is shown as "?" (never a crash). Exit 1
 when a figure that could be read on both sides differs.

@@ -7,7 +7,7 @@ inflation, what `auto` decides with the current thresholds, and which path the r
 then, when the run has an `auto` column, what auto measured against the tiles and the per-token
 path (with the thresholds of that run). CPU only.
 
-  python benchmarks/selection_check.py results/h200/selection/selection/bench.json
+  python benchmarks/probes/selection_check.py results/h200/selection/selection/bench.json
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 from codegen import cases  # noqa: E402
 from codegen.selection import tile_inflation, tiles_pay_off_below  # noqa: E402
