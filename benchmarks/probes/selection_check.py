@@ -7,7 +7,7 @@ inflation, what `auto` decides with the current thresholds, and which path the r
 then, when the run has an `auto` column, what auto measured against the tiles and the per-token
 path (with the thresholds of that run). CPU only.
 
-  python benchmarks/probes/selection_check.py results/h200/selection/selection/bench.json
+  python benchmarks/probes/selection_check.py results/h200/selection-next/bench_tp1_tp4.json
 """
 from __future__ import annotations
 
