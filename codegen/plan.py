@@ -81,11 +81,13 @@ def call_key(family: str, tensors: tuple, scalars: tuple, options: tuple):
         pointers = [0 if t is None else t.data_ptr() for t in tensors]
         sigs = [None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
                 for t, p in zip(tensors[:LAYER_TENSORS], pointers)]
-        step = tensors[LAYER_TENSORS:]
+        step = tensors[LAYER_TENSORS:]  # four of them in both families (None where absent)
         versions = [None if t is None else t._version for t in step]
         memo = _step_memo.get(family)
-        if (memo is not None and all(a is b for a, b in zip(step, memo[0])) and memo[1] == versions
-                and memo[2] == pointers[LAYER_TENSORS:]):
+        if memo is not None:
+            seen = memo[0]
+        if (memo is not None and step[0] is seen[0] and step[1] is seen[1] and step[2] is seen[2]
+                and step[3] is seen[3] and memo[1] == versions and memo[2] == pointers[LAYER_TENSORS:]):
             step_sigs = memo[3]
         else:
             step_sigs = tuple([None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)

@@ -186,3 +186,10 @@ def test_an_in_place_change_of_a_step_tensor_is_seen(builds):
     table.resize_(1, table.shape[1])
     with pytest.raises(ValueError, match="block_table"):
         cases.run_kernel(case, arch="sm90")
+
+
+def test_roles_split_into_layer_and_step_tensors():
+    # codegen.plan.call_key compares exactly four step tensors by identity
+    for roles in (api_module.PREFILL_ROLES, api_module.DECODE_ROLES):
+        assert len(roles) == plan.LAYER_TENSORS + 4
+        assert roles[:plan.LAYER_TENSORS] == ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale")
