@@ -58,9 +58,11 @@ PYEOF
 )
     if [ -n "$missing" ]; then
       echo "gpu_check: installing $(echo "$missing" | wc -l) wheel(s) from .whl/ into $site"
-      # shellcheck disable=SC2086  # one path a line, no spaces in wheel names
-      "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" $missing \
-        || echo "gpu_check: WARNING: installing the wheels failed; the tune part will say what is missing"
+      local wheel  # one at a time: a wheel for another Python must not keep the others out
+      while read -r wheel; do
+        PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$wheel" \
+          || echo "gpu_check: WARNING: could not install $(basename "$wheel") (another Python's wheel?)"
+      done <<< "$missing"
       export PYTHONPATH="$PYTHONPATH:$site"
     fi
   fi
