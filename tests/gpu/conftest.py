@@ -3,8 +3,17 @@
 # compiles), and more workers made the suite slower (issue 25). Set before torch starts its pools.
 import os
 
-_WORKERS = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
-THREADS = max(1, (os.cpu_count() or 1) // _WORKERS)
+
+def threads_per_worker(cores, workers) -> int:
+    """cores // workers, at least 1 (workers: PYTEST_XDIST_WORKER_COUNT, unset outside xdist)."""
+    try:
+        workers = max(1, int(workers or 1))
+    except ValueError:
+        workers = 1
+    return max(1, (cores or 1) // workers)
+
+
+THREADS = threads_per_worker(os.cpu_count(), os.environ.get("PYTEST_XDIST_WORKER_COUNT"))
 for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, str(THREADS))
 
@@ -12,4 +21,4 @@ for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 def pytest_configure(config):
     import torch
 
-    torch.set_num_threads(min(THREADS, int(os.environ["OMP_NUM_THREADS"])))
+    torch.set_num_threads(THREADS)
