@@ -15,6 +15,7 @@ table), which the runtime loads.
   msa-tune status --storage URL              # per bucket: trials done/running/failed, best, workers alive
   msa-tune export --storage URL              # rebuild tuned_configs/*.json from the finished studies
   msa-tune table [FILE]                      # a tuned-config file as a markdown table
+  msa-tune warmup --layouts tp4              # compile what the table can pick, before the first request
 
 Any number of workers may run the same command against one --storage (one process per GPU, on one
 host or many): each bucket's study is worked by whoever is free, no config is measured twice, and
@@ -260,6 +261,10 @@ def main(argv=None) -> int:
         from codegen.tuning import status
 
         return status.main(argv)
+    if argv[:1] == ["warmup"]:
+        from codegen import warmup
+
+        return warmup.main(argv[1:])
     if argv[:1] == ["table"]:
         from codegen.tuning import table
 

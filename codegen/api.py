@@ -1,4 +1,9 @@
-"""Runtime API: drop-in for vLLM's MiniMax-M3 sparse-attention wrappers, over the generated modules."""
+"""Runtime API: drop-in for vLLM's MiniMax-M3 sparse-attention wrappers, over the generated modules.
+
+A call looks its plan up by the shapes, dtypes, strides and devices of its arguments
+(codegen.plan): the first call of a shape validates, resolves the config and binds the launches;
+the next calls of that shape (the other layers of a step, the next steps) only fill in their
+tensors and launch."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,11 +15,11 @@ import torch
 
 from . import selection as tile_selection
 from . import selection_kernel
+from . import plan as call_plans
 from . import tuned_store, validate
 from .configs import LaunchConfig, check_kv_upcast, validate_config
-from .loader import get_config
+from .loader import TableStamp, get_config
 from .modules import load_module
-from .workspace import arrival_counters
 
 
 def _check_fold(fold_scales, scale_mode: str) -> None:
@@ -47,6 +52,13 @@ def _use_pdl(q: torch.Tensor) -> bool:
     return q.device.type == "cuda" and not torch.version.hip and os.environ.get("TRITON_INTERPRET") != "1"
 
 
+# The call's tensors in the order plans address them (codegen.plan: slots by role).
+PREFILL_ROLES = ("q", "kv_cache", "topk_idx", "block_table", "cu_seqlens_q", "seq_lens", "prefix_lens", "output",
+                 "k_scale", "v_scale")
+DECODE_ROLES = ("q", "kv_cache", "topk_idx", "block_table", "seq_lens", "output", "k_scale", "v_scale",
+                "query_start_loc", "token_to_req_indices")
+
+
 def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
                         num_kv_heads, sm_scale, output, k_scale=None, v_scale=None, *, arch=None, config=None,
                         fold_scales=True, selection=None):
@@ -59,6 +71,23 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
     exits at once. None (the default): "auto" when the config comes from the loader, "tiled" when
     one is given (a given config runs as given). fold_scales=False runs the seed's unfolded
     scalar-scale baseline (for benchmarks)."""
+    tensors = (q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale)
+    key, cacheable, stream, pointers = call_plans.call_key("prefill", tensors, (max_query_len, num_kv_heads, sm_scale),
+                                                           (arch, config, fold_scales, selection))
+    plan = call_plans.PLANS.get(key) if cacheable else None
+    if plan is not None:
+        plan.run(tensors, pointers, stream)
+        return output
+    plan = _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, arch=arch, config=config,
+                         fold_scales=fold_scales, selection=selection)
+    if cacheable:
+        call_plans.PLANS.put(key, plan)
+    return output
+
+
+def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, config, fold_scales, selection):
+    """Validates a prefill call, resolves its configs, records and binds its launches, runs them once."""
+    q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale = tensors
     num_reqs = validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
                                              output, k_scale, v_scale, num_reqs)
@@ -66,6 +95,7 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
     if selection is None:
         selection = "auto" if config is None else "tiled"
     tile_selection.check_selection(selection)
+    stamp = TableStamp(arch, device_name(q.device)) if config is None else None
     resolve = functools.partial(_resolve_config, kernel="prefill", arch=arch, scale_mode=scale_mode, q=q,
                                 kv_cache=kv_cache, num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
     per_token = None
@@ -81,16 +111,24 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
             # per_token sub-entry, or the twin of its config: loader.get_config).
             per_token = resolve(dataclasses.replace(config, block_t=1) if explicit else None, per_token=True)
     module = load_module(arch, "prefill", scale_mode, fold_scales)
-    launch = functools.partial(module.launch, q, kv_cache, topk_idx, block_table)
+    roles = call_plans.views(tensors)
+    q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale = roles
+    recorded, buffers = [], []
     rest = (seq_lens, prefix_lens, max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale)
     if per_token is None:
-        return launch(cu_seqlens_q, *rest, config)
-    # One launch decides on the device and writes both launches' offsets (the other path's are zeros).
-    tiled_cu, per_token_cu = selection_kernel.decide_and_split(
-        topk_idx, config.block_t, tile_selection.tiles_pay_off_below(config.block_t, scale_mode), cu_seqlens_q,
-        prefix_lens, tile_selection.SAMPLED_TILES)
-    launch(tiled_cu, *rest, config)
-    return launch(per_token_cu, *rest, per_token)
+        module.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded)
+    else:
+        # One launch decides on the device and writes both launches' offsets (the other path's are
+        # zeros); its counters are the plan's own, so plans on two streams never share them.
+        counters = torch.zeros(3, dtype=torch.int32, device=q.device)
+        buffers.append(counters)
+        tiled_cu, per_token_cu = selection_kernel.decide_and_split(
+            topk_idx, config.block_t, tile_selection.tiles_pay_off_below(config.block_t, scale_mode), cu_seqlens_q,
+            prefix_lens, tile_selection.SAMPLED_TILES, counters=counters, record=recorded)
+        module.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, record=recorded)
+        module.launch(q, kv_cache, topk_idx, block_table, per_token_cu, *rest, per_token, record=recorded)
+    launches = call_plans.bind_recorded(recorded, roles, device=_launch_device(q))
+    return call_plans.CallPlan(launches, stamp=stamp, config=config, per_token_config=per_token, buffers=buffers)
 
 
 def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
@@ -100,21 +138,50 @@ def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_head
     writes and returns `output`. CUDA-graph safe: the grid, split count and buffers depend only on
     shapes, the fused merge's counters return to zero after every call, padded rows come out as zeros.
     fold_scales=False runs the seed's unfolded scalar-scale baseline (for benchmarks)."""
-    num_reqs = validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req_indices)
+    tensors = (q, kv_cache, topk_idx, block_table, seq_lens, output, k_scale, v_scale, query_start_loc,
+               token_to_req_indices)
+    key, cacheable, stream, pointers = call_plans.call_key("decode", tensors, (num_kv_heads, sm_scale, decode_query_len),
+                                                           (arch, config, fold_scales))
+    plan = call_plans.PLANS.get(key) if cacheable else None
+    if plan is not None:
+        plan.run(tensors, pointers, stream)
+        return output
+    plan = _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, arch=arch, config=config,
+                        fold_scales=fold_scales)
+    if cacheable:
+        call_plans.PLANS.put(key, plan)
+    return output
+
+
+def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, config, fold_scales):
+    """Validates a decode call, resolves its config, records and binds its launches, runs them once."""
+    q, kv_cache, topk_idx, block_table, seq_lens, output, k_scale, v_scale, query_start_loc, token_to_req = tensors
+    num_reqs = validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
                                              output, k_scale, v_scale, num_reqs)
     _check_fold(fold_scales, scale_mode)
+    stamp = TableStamp(arch, device_name(q.device)) if config is None else None
     config = _resolve_config(config, kernel="decode", arch=arch, scale_mode=scale_mode, q=q, kv_cache=kv_cache,
                              num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
     use_pdl = _use_pdl(q)
+    roles = call_plans.views(tensors)
+    q, kv_cache, topk_idx, block_table, seq_lens, output, k_scale, v_scale, query_start_loc, token_to_req = roles
+    recorded, buffers = [], []
     counters = None
-    if config.fuses_merge:
-        counters = arrival_counters(q.device, q.shape[0] * num_kv_heads)
+    if config.fuses_merge:  # zero between calls: the last split program of a row resets its counter
+        counters = torch.zeros(q.shape[0] * num_kv_heads, dtype=torch.int32, device=q.device)
+        buffers.append(counters)
     partials = load_module(arch, "decode_split", scale_mode, fold_scales).launch(
         q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output, decode_query_len,
-        k_scale, v_scale, query_start_loc, token_to_req_indices, config, use_pdl, counters)
+        k_scale, v_scale, query_start_loc, token_to_req, config, use_pdl, counters, record=recorded)
     if partials is not None:
         part_o, part_lse = partials
-        load_module(arch, "decode_merge", scale_mode, fold_scales).launch(part_o, part_lse, output, num_kv_heads,
-                                                                          v_scale, config, use_pdl)
-    return output
+        load_module(arch, "decode_merge", scale_mode, fold_scales).launch(
+            part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl, record=recorded)
+    launches = call_plans.bind_recorded(recorded, roles, device=_launch_device(q))
+    return call_plans.CallPlan(launches, stamp=stamp, config=config, buffers=buffers)
+
+
+def _launch_device(q: torch.Tensor) -> int:
+    """The device Triton launches on: the current one (as JITFunction.run), -1 on the CPU."""
+    return torch.cuda.current_device() if q.is_cuda else -1

@@ -22,7 +22,9 @@ from .workspace import arrival_counters
 SAMPLES_PER_PROGRAM = 8
 
 
-@triton.jit
+# The counts vary with every batch; specializing on them (== 1, multiples of 16) would compile
+# this small kernel anew for many batch shapes, a stall on a server's first requests.
+@triton.jit(do_not_specialize=["num_reqs", "num_tiles", "samples", "search_steps", "stride_tk_h", "stride_tk_t"])
 def _inflation_decision_kernel(
     topk_ptr, cu_ptr, prefix_ptr, counters_ptr, tiled_cu_ptr, per_token_cu_ptr, inflation_ptr,
     num_reqs, num_tiles, samples, topk, threshold, search_steps,
@@ -92,11 +94,16 @@ def _inflation_decision_kernel(
 
 def decide_and_split(topk_idx: torch.Tensor, block_t: int, threshold: float, cu_seqlens_q: torch.Tensor,
                      prefix_lens: torch.Tensor, sampled_tiles: int,
-                     inflation_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     inflation_out: torch.Tensor | None = None, *, counters: torch.Tensor | None = None,
+                     record: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(cu_seqlens of the tiled launch, of the per-token launch) in one launch: the tiled one keeps
     the offsets when the sampled inflation is at most `threshold`, else the per-token one does; the
     other gets zeros. `inflation_out` (float32, one element) receives the estimate (for tests).
-    CUDA-graph safe: the grid depends on shapes only, the counters return to zero."""
+    CUDA-graph safe: the grid depends on shapes only, the counters return to zero.
+    `counters`: >= 3 zeroed int32 (default: the device's shared "selection" buffer; a call plan
+    passes its own, so calls on two streams never share them). `record`: a list that receives the
+    launch as (kernel, grid, args, kwargs) instead of running it (codegen.plan binds it); with
+    nothing to sample it returns (cu_seqlens_q, zeros) without recording a launch."""
     if block_t < 2:
         raise ValueError(f"block_t: a tile has at least 2 tokens, got {block_t}")
     num_kv_heads, total_q, topk = topk_idx.shape
@@ -106,16 +113,21 @@ def decide_and_split(topk_idx: torch.Tensor, block_t: int, threshold: float, cu_
     if inflation_out is None:
         inflation_out = torch.empty(1, dtype=torch.float32, device=device)
     if num_tiles == 0 or num_reqs < 1:  # nothing to sample: tiles, as tile_inflation's 1.0 says
+        if record is not None:
+            return cu_seqlens_q, torch.zeros_like(cu_seqlens_q)
         inflation_out.fill_(1.0)
         return cu_seqlens_q.clone(), torch.zeros_like(cu_seqlens_q)
     samples = min(sampled_tiles, num_tiles)
     tiled_cu, per_token_cu = torch.empty_like(cu_seqlens_q), torch.empty_like(cu_seqlens_q)
-    counters = arrival_counters(device, 3, key="selection")
+    if counters is None:
+        counters = arrival_counters(device, 3, key="selection")
     grid = (num_kv_heads, triton.cdiv(samples, SAMPLES_PER_PROGRAM))
-    _inflation_decision_kernel[grid](
-        topk_idx, cu_seqlens_q, prefix_lens, counters, tiled_cu, per_token_cu, inflation_out,
-        num_reqs, num_tiles, samples, topk, float(threshold), num_reqs.bit_length(), *topk_idx.stride(),
-        BLOCK_T=block_t, TOPK_P2=triton.next_power_of_2(topk), PAGE=PAGE_SIZE, PER_PROGRAM=SAMPLES_PER_PROGRAM,
-        CU_BLOCK=256, num_warps=4,
-    )
+    args = (topk_idx, cu_seqlens_q, prefix_lens, counters, tiled_cu, per_token_cu, inflation_out,
+            num_reqs, num_tiles, samples, topk, float(threshold), num_reqs.bit_length(), *topk_idx.stride())
+    kwargs = dict(BLOCK_T=block_t, TOPK_P2=triton.next_power_of_2(topk), PAGE=PAGE_SIZE, PER_PROGRAM=SAMPLES_PER_PROGRAM,
+                  CU_BLOCK=256, num_warps=4)
+    if record is not None:
+        record.append((_inflation_decision_kernel, grid, args, kwargs))
+    else:
+        _inflation_decision_kernel[grid](*args, **kwargs)
     return tiled_cu, per_token_cu

@@ -177,7 +177,7 @@ def scale_mode_of(kv_cache: torch.Tensor, k_scale, v_scale) -> str:
 
 
 def check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len) -> int:
-    device = q.device
+    device = check_tensor("q", q, ndim=3, dtypes=Q_DTYPES, layout="[total_q, num_q_heads, head_dim]").device
     check_tensor("seq_lens", seq_lens, ndim=1, dtypes=(torch.int32,), device=device, layout="[num_reqs]")
     num_reqs = seq_lens.shape[0]
     check_tensor("cu_seqlens_q", cu_seqlens_q, ndim=1, dtypes=(torch.int32,), device=device, layout="[num_reqs + 1]")
@@ -189,7 +189,7 @@ def check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len
 
 
 def check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req_indices) -> int:
-    device = q.device
+    device = check_tensor("q", q, ndim=3, dtypes=Q_DTYPES, layout="[total_q, num_q_heads, head_dim]").device
     check_tensor("seq_lens", seq_lens, ndim=1, dtypes=(torch.int32,), device=device, layout="[num_reqs]")
     num_reqs = seq_lens.shape[0]
     if (query_start_loc is None) != (token_to_req_indices is None):

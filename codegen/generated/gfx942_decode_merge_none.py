@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_none (arch=gfx942, kernel=decode_merge, scale_mode=none)
-# inputs-sha256: e9e888974cf5adcf549d7cb9935a79fd084881dfa9f9e0f878d5c80e44dee34a
+# inputs-sha256: ff232b9c48042d1b3f43a360fa1b98687e25288a94a2d34bfdee3e0b3d69f228
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -78,17 +78,22 @@ def options(config):
     return dict(num_warps=config.merge_num_warps, num_stages=1)
 
 
-def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
-    """Reduces the split kernel's partials into `output` (validated by codegen.api)."""
+def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl, record=None):
+    """Reduces the split kernel's partials into `output` (validated by codegen.api). `record`: a
+    list that receives the launch as (kernel, grid, args, kwargs) instead of running it."""
     total_q, num_q_heads, num_splits, head_dim = part_o.shape
     grid = (total_q, num_kv_heads)
-    _msa_decode_merge_kernel[grid](
+    args = (
         part_o, part_lse, output,
         *output.stride(),
-        **constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, config=config,
-                     use_pdl=use_pdl),
-        **options(config),
     )
+    kwargs = dict(**constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, config=config,
+                               use_pdl=use_pdl),
+                  **options(config))
+    if record is not None:
+        record.append((_msa_decode_merge_kernel, grid, args, kwargs))
+    else:
+        _msa_decode_merge_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'e9e888974cf5adcf549d7cb9935a79fd084881dfa9f9e0f878d5c80e44dee34a'
+INPUTS_SHA256 = 'ff232b9c48042d1b3f43a360fa1b98687e25288a94a2d34bfdee3e0b3d69f228'

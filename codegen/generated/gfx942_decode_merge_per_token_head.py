@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_per_token_head (arch=gfx942, kernel=decode_merge, scale_mode=per_token_head)
-# inputs-sha256: c759c818daed30f48782492273d8d192410225ae06bde71dd3c43c2fd3371c48
+# inputs-sha256: 74b1928938e7b3a32080cdc3dfade3334d3089d1d8a28c495897b09a319cd197
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -78,17 +78,22 @@ def options(config):
     return dict(num_warps=config.merge_num_warps, num_stages=1)
 
 
-def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
-    """Reduces the split kernel's partials into `output` (validated by codegen.api)."""
+def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl, record=None):
+    """Reduces the split kernel's partials into `output` (validated by codegen.api). `record`: a
+    list that receives the launch as (kernel, grid, args, kwargs) instead of running it."""
     total_q, num_q_heads, num_splits, head_dim = part_o.shape
     grid = (total_q, num_kv_heads)
-    _msa_decode_merge_kernel[grid](
+    args = (
         part_o, part_lse, output,
         *output.stride(),
-        **constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, config=config,
-                     use_pdl=use_pdl),
-        **options(config),
     )
+    kwargs = dict(**constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, config=config,
+                               use_pdl=use_pdl),
+                  **options(config))
+    if record is not None:
+        record.append((_msa_decode_merge_kernel, grid, args, kwargs))
+    else:
+        _msa_decode_merge_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'c759c818daed30f48782492273d8d192410225ae06bde71dd3c43c2fd3371c48'
+INPUTS_SHA256 = '74b1928938e7b3a32080cdc3dfade3334d3089d1d8a28c495897b09a319cd197'

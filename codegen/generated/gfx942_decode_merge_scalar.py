@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: gfx942_decode_merge_scalar (arch=gfx942, kernel=decode_merge, scale_mode=scalar)
-# inputs-sha256: 068dc48b9a37bfe5a3a2b52ef5102a965783bd5b6904b82633c20acac18ac508
+# inputs-sha256: 25bb57283f9c9b818d8e8033c062c516c5552c642f589dd4a5d85665c413dae3
 """MSA sparse-attention decode, merge of the split-K partials, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -79,17 +79,22 @@ def options(config):
     return dict(num_warps=config.merge_num_warps, num_stages=1)
 
 
-def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
-    """Reduces the split kernel's partials into `output` (validated by codegen.api)."""
+def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl, record=None):
+    """Reduces the split kernel's partials into `output` (validated by codegen.api). `record`: a
+    list that receives the launch as (kernel, grid, args, kwargs) instead of running it."""
     total_q, num_q_heads, num_splits, head_dim = part_o.shape
     grid = (total_q, num_kv_heads)
-    _msa_decode_merge_kernel[grid](
+    args = (
         part_o, part_lse, output, v_scale,
         *output.stride(),
-        **constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, config=config,
-                     use_pdl=use_pdl),
-        **options(config),
     )
+    kwargs = dict(**constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, config=config,
+                               use_pdl=use_pdl),
+                  **options(config))
+    if record is not None:
+        record.append((_msa_decode_merge_kernel, grid, args, kwargs))
+    else:
+        _msa_decode_merge_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '068dc48b9a37bfe5a3a2b52ef5102a965783bd5b6904b82633c20acac18ac508'
+INPUTS_SHA256 = '25bb57283f9c9b818d8e8033c062c516c5552c642f589dd4a5d85665c413dae3'

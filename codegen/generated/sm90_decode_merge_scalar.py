@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_scalar (arch=sm90, kernel=decode_merge, scale_mode=scalar)
-# inputs-sha256: a8ed7e61406b4de5adc313fe3e5aae653187b45731fee17d456ef025e0933873
+# inputs-sha256: 69b2c81ec24ade2b4c6c13db02acc5e624d01eb3f9bb1ab24ccf718e403cd061
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -81,17 +81,22 @@ def options(config):
     return dict(num_warps=config.merge_num_warps, num_stages=1)
 
 
-def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
-    """Reduces the split kernel's partials into `output` (validated by codegen.api)."""
+def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl, record=None):
+    """Reduces the split kernel's partials into `output` (validated by codegen.api). `record`: a
+    list that receives the launch as (kernel, grid, args, kwargs) instead of running it."""
     total_q, num_q_heads, num_splits, head_dim = part_o.shape
     grid = (total_q, num_kv_heads)
-    _msa_decode_merge_kernel[grid](
+    args = (
         part_o, part_lse, output, v_scale,
         *output.stride(),
-        **constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, config=config,
-                     use_pdl=use_pdl),
-        **options(config), launch_pdl=use_pdl,
     )
+    kwargs = dict(**constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, config=config,
+                               use_pdl=use_pdl),
+                  **options(config), launch_pdl=use_pdl)
+    if record is not None:
+        record.append((_msa_decode_merge_kernel, grid, args, kwargs))
+    else:
+        _msa_decode_merge_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'a8ed7e61406b4de5adc313fe3e5aae653187b45731fee17d456ef025e0933873'
+INPUTS_SHA256 = '69b2c81ec24ade2b4c6c13db02acc5e624d01eb3f9bb1ab24ccf718e403cd061'

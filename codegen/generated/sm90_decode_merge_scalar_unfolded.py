@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_merge.py.jinja (with templates/_merge.jinja)
 # variant: sm90_decode_merge_scalar_unfolded (arch=sm90, kernel=decode_merge, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: f8c2368a5ba9e80319db662f357242e2e262f58a91848b47dc2dea571afe9dbe
+# inputs-sha256: 565e3bd78ada45c2635271f89c55e476d60013d0570703a84fa16f3e7c185780
 """MSA sparse-attention decode, merge of the split-K partials, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head: reduces the NUM_SPLITS normalized partials of the
@@ -80,17 +80,22 @@ def options(config):
     return dict(num_warps=config.merge_num_warps, num_stages=1)
 
 
-def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl):
-    """Reduces the split kernel's partials into `output` (validated by codegen.api)."""
+def launch(part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl, record=None):
+    """Reduces the split kernel's partials into `output` (validated by codegen.api). `record`: a
+    list that receives the launch as (kernel, grid, args, kwargs) instead of running it."""
     total_q, num_q_heads, num_splits, head_dim = part_o.shape
     grid = (total_q, num_kv_heads)
-    _msa_decode_merge_kernel[grid](
+    args = (
         part_o, part_lse, output,
         *output.stride(),
-        **constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, config=config,
-                     use_pdl=use_pdl),
-        **options(config), launch_pdl=use_pdl,
     )
+    kwargs = dict(**constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, config=config,
+                               use_pdl=use_pdl),
+                  **options(config), launch_pdl=use_pdl)
+    if record is not None:
+        record.append((_msa_decode_merge_kernel, grid, args, kwargs))
+    else:
+        _msa_decode_merge_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'f8c2368a5ba9e80319db662f357242e2e262f58a91848b47dc2dea571afe9dbe'
+INPUTS_SHA256 = '565e3bd78ada45c2635271f89c55e476d60013d0570703a84fa16f3e7c185780'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: ed1be8e1b884f451968a2f978cfe730d7551acd446a4f2977ab36b92a635f719
+# inputs-sha256: 3a4801ecc20b8956e0452a9a360718461fdf95cf5ba33fb5903d60b71eefdbdd
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -279,9 +279,11 @@ def options(config):
 
 def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
            decode_query_len, k_scale, v_scale, query_start_loc, token_to_req_indices, config,
-           use_pdl, counters=None):
+           use_pdl, counters=None, record=None):
     """Launches on validated arguments (codegen.api checks them). `counters`: zeroed int32, at
-    least total_q x num_kv_heads, needed for a fused merge (codegen.workspace.arrival_counters).
+    least total_q x num_kv_heads, needed for a fused merge (codegen.plan owns them). `record`: a
+    list that receives the launch as (kernel, grid, args, kwargs) instead of running it
+    (codegen.plan binds it; the partial buffers allocated here go with it).
 
     Returns None when the output is complete (one split, or a fused merge), else the
     (partial_o, partial_lse) buffers the merge kernel reduces.
@@ -303,7 +305,7 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
     varlen = query_start_loc is not None
     grid = (total_q, num_kv_heads, num_splits)
     kv_tma = reads_through_tma(kv_cache, head_dim, config)
-    _msa_decode_split_kernel[grid](
+    args = (
         q, kv_cache, kv_descriptor(kv_cache, head_dim, config.block_n) if kv_tma else kv_cache, topk_idx, block_table, seq_lens,
         query_start_loc if varlen else seq_lens, token_to_req_indices if varlen else seq_lens,
         output, part_o, part_lse, counters if fused else seq_lens,
@@ -311,10 +313,14 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         float(sm_scale), topk, seq_lens.shape[0], decode_query_len if not varlen else 1,
         triton.cdiv(topk, num_splits),
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
-        **constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, topk=topk,
-                     config=config, varlen=varlen, use_pdl=use_pdl, kv_tma=kv_tma),
-        **options(config), launch_pdl=use_pdl,
     )
+    kwargs = dict(**constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, topk=topk,
+                               config=config, varlen=varlen, use_pdl=use_pdl, kv_tma=kv_tma),
+                  **options(config), launch_pdl=use_pdl)
+    if record is not None:
+        record.append((_msa_decode_split_kernel, grid, args, kwargs))
+    else:
+        _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'ed1be8e1b884f451968a2f978cfe730d7551acd446a4f2977ab36b92a635f719'
+INPUTS_SHA256 = '3a4801ecc20b8956e0452a9a360718461fdf95cf5ba33fb5903d60b71eefdbdd'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: d88f7db051d4f2127d56c717b853911b8942dae337ae15d8ccd72a6fca1bf3c5
+# inputs-sha256: d3a44af3c60bf606a2fed2f67651b477d6f99310a7c5cb249349719e28e82515
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -401,25 +401,30 @@ def options(config):
 
 
 def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
-           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config):
-    """Launches on validated arguments (codegen.api checks them)."""
+           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config, record=None):
+    """Launches on validated arguments (codegen.api checks them). `record`: a list that receives
+    the launch as (kernel, grid, args, kwargs) instead of running it (codegen.plan binds it)."""
     num_reqs = seq_lens.shape[0]
     topk = topk_idx.shape[2]
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
     kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
-    _msa_prefill_kernel[grid](
+    args = (
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output,
         k_scale, v_scale,
         float(sm_scale), topk,
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
         k_scale.stride(0), k_scale.stride(1), v_scale.stride(0), v_scale.stride(1),
-        **constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
-                     config=config, kv_tma=kv_tma),
-        **options(config),
     )
+    kwargs = dict(**constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
+                               config=config, kv_tma=kv_tma),
+                  **options(config))
+    if record is not None:
+        record.append((_msa_prefill_kernel, grid, args, kwargs))
+    else:
+        _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'd88f7db051d4f2127d56c717b853911b8942dae337ae15d8ccd72a6fca1bf3c5'
+INPUTS_SHA256 = 'd3a44af3c60bf606a2fed2f67651b477d6f99310a7c5cb249349719e28e82515'

@@ -108,9 +108,9 @@ def test_default_selection_runs_a_given_config_as_given(monkeypatch):
         def __init__(self, module):
             self.module = module
 
-        def launch(self, *args):
-            launched.append(args[-1].block_t)  # the config is the last argument
-            return self.module.launch(*args)
+        def launch(self, *args, **kwargs):
+            launched.append(args[-1].block_t)  # the config is the last positional argument
+            return self.module.launch(*args, **kwargs)
 
     monkeypatch.setattr(api, "load_module", lambda *a: Spy(real(*a)))
     case = _case("random")

@@ -1,0 +1,426 @@
+"""Call plans: what a call's launches depend on, worked out once per call shape and reused.
+
+A serving engine calls the attention once per layer per step, 60+ times with tensors of the same
+shapes and the same metadata. Everything but the tensors' data is the same across those calls:
+the validated layout, the config, the grid, the strides, the compiled kernels, the buffers. A
+`CallPlan` holds all of it; a later call only looks its plan up and fills the tensors in.
+
+Building a plan (on the first call of a key): the API validates the arguments and resolves the
+config as before; the generated modules then *record* their launches (`launch(..., record=...)`)
+instead of running them, on fresh views of the call's tensors, so that each launch argument is
+known to be the query, the cache, a stride (an int), a buffer the launch allocated (owned by the
+plan from then on) or a TMA descriptor over the cache. Each launch is bound to its compiled
+kernel (`BoundLaunch`) and run once: that is the call's own result.
+
+The key (`call_key`) holds what any of that depends on: each tensor's shape, strides, dtype,
+device and 16-byte alignment (Triton specializes pointers on it, TMA needs it), every scalar
+argument with its type, the arch, config and options given, the current device and stream.
+Per-stream plans give each stream its own buffers (split-K partials, arrival counters), so calls
+in flight on two streams never share them. The tuned-table file a plan's config came from is
+stat'ed on every call (`CallPlan.fresh`): a re-tune written under a running server is picked up.
+Inside a CUDA graph capture no plan is kept or reused: the capture allocates (and zeroes) its
+own buffers, as it always did.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+from triton import knobs as _knobs
+
+from .loader import TableStamp
+
+MAX_PLANS = 256  # distinct call shapes kept (a server sees a few dozen: batch sizes x layouts)
+MAX_DESCRIPTORS = 1024  # TMA descriptors per plan: one per layer's cache tensor
+
+
+def tensor_signature(t):
+    """What a compiled launch depends on in a tensor, besides its data: shape, strides, dtype,
+    device and whether its address is 16-byte aligned. None stays None."""
+    if t is None:
+        return None
+    return t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15
+
+
+def _cuda_state():
+    """(current device, its current stream's handle, whether that stream is capturing)."""
+    device = torch.cuda.current_device()
+    return device, torch.cuda.current_stream(device).cuda_stream, torch.cuda.is_current_stream_capturing()
+
+
+try:  # the same three facts through the C functions those wrappers call: a few hundred ns less
+    from torch._C import _cuda_getCurrentRawStream, _cuda_getDevice, _cuda_isCurrentStreamCapturing
+
+    def _cuda_state():  # noqa: F811
+        device = _cuda_getDevice()
+        return device, _cuda_getCurrentRawStream(device), _cuda_isCurrentStreamCapturing()
+except ImportError:  # pragma: no cover - older or newer torch
+    pass
+
+
+def device_state(q) -> tuple[int, int, bool]:
+    """(current device, its current stream, whether the stream is capturing a graph) for a call
+    on q's device; (-1, 0, False) on the CPU (the interpreter)."""
+    return _cuda_state() if q.is_cuda else (-1, 0, False)
+
+
+def _hashable(value):
+    """A key part for an option argument: configs given as dicts become their items."""
+    if isinstance(value, dict):
+        return ("dict", tuple(value.items()))
+    return type(value), value
+
+
+def call_key(family: str, tensors: tuple, scalars: tuple, options: tuple):
+    """(key, cacheable, stream, pointers) of a call. key: what its plan depends on (None when an
+    argument is not a tensor where one is expected: validation then names it); cacheable: False
+    inside a graph capture; stream: the current stream's handle; pointers: each tensor's address
+    (0 for None), which the bound launches pass as they are (an int skips the launcher's
+    data_ptr() call and pointer query per argument: validation checked the devices)."""
+    try:
+        pointers = [0 if t is None else t.data_ptr() for t in tensors]
+        sigs = tuple([None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
+                      for t, p in zip(tensors, pointers)])
+    except (AttributeError, TypeError):
+        return None, False, 0, None
+    device, stream, capturing = device_state(tensors[0])
+    key = (family, sigs, tuple([(type(s), s) for s in scalars]), tuple([_hashable(o) for o in options]),
+           device, stream)
+    return key, not capturing, stream, pointers
+
+
+class PlanCache:
+    """Plans by key, the oldest dropped past MAX_PLANS. Lookups and inserts are single dict
+    operations (atomic under the GIL); two threads building the same plan both succeed."""
+
+    def __init__(self, limit: int = MAX_PLANS):
+        self.limit = limit
+        self._plans: dict = {}
+
+    def get(self, key):
+        if key is None:
+            return None
+        try:
+            plan = self._plans.get(key)
+        except TypeError:  # an unhashable argument (a list as a config, say): validation names it
+            return None
+        if plan is not None and not plan.fresh():
+            self._plans.pop(key, None)
+            return None
+        return plan
+
+    def put(self, key, plan) -> None:
+        if key is None:
+            return
+        try:
+            hash(key)
+        except TypeError:
+            return
+        if len(self._plans) >= self.limit:
+            self._plans.pop(next(iter(self._plans)), None)
+        self._plans[key] = plan
+
+    def clear(self) -> None:
+        self._plans.clear()
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+
+PLANS = PlanCache()
+
+
+def views(tensors: tuple) -> tuple:
+    """A fresh view of each tensor (same memory, shape and strides), None kept: recorded launch
+    arguments are matched to the call's tensors by identity, which must be unique even when a
+    caller passes one tensor in two roles."""
+    return tuple(None if t is None else t[...] for t in tensors)
+
+
+class CallPlan:
+    """The bound launches of one call shape, the buffers they own, and what keeps them valid."""
+
+    __slots__ = ("launches", "stamp", "config", "per_token_config", "buffers")
+
+    def __init__(self, launches, *, stamp: TableStamp | None, config, per_token_config=None, buffers=()):
+        self.launches = launches
+        self.stamp = stamp  # the tuned-table file the config came from (None: the config was given)
+        self.config = config
+        self.per_token_config = per_token_config
+        self.buffers = buffers  # kept alive with the plan (the launches hold them too)
+
+    def fresh(self) -> bool:
+        return self.stamp is None or self.stamp.unchanged()
+
+    def run(self, tensors: tuple, pointers: list, stream: int) -> None:
+        for launch in self.launches:
+            launch(tensors, pointers, stream)
+
+
+def bind_recorded(recorded: list, roles: tuple, *, device: int) -> list:
+    """Runs each recorded launch once (the plan's first call) and returns them bound."""
+    bound = []
+    for kernel, grid, args, kwargs in recorded:
+        launch = BoundLaunch(kernel, grid, args, kwargs, roles, device=device)
+        launch.first_run()
+        bound.append(launch)
+    return bound
+
+
+def _descriptor_type():
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:  # pragma: no cover - a Triton without host descriptors
+        return None
+    return TensorDescriptor
+
+
+class BoundLaunch:
+    """One kernel launch whose non-tensor arguments are fixed; calling it with the call's tensors
+    (in the order of `roles`) fills their slots and launches.
+
+    On a GPU it launches the compiled kernel directly (`CompiledKernel.run`: the argument
+    binding, specialization and cache lookup of `JITFunction.run` were done by the first run and
+    cannot change under the plan's key). Under the interpreter, or with a Triton whose compiled
+    kernel lacks that interface, it goes through `kernel[grid](...)` with the stored arguments.
+    The call's tensors are not kept: their slots hold None between calls.
+    """
+
+    __slots__ = ("kernel", "grid", "args", "kwargs", "slots", "descriptor_slots", "descriptor_layouts", "descriptors",
+                 "device",
+                 "compiled", "launcher", "function", "packed_metadata", "values", "fast")
+
+    def __init__(self, kernel, grid, args, kwargs, roles: tuple, *, device: int):
+        self.kernel, self.kwargs, self.device = kernel, kwargs, device
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.args = list(args)
+        by_id = {id(t): i for i, t in enumerate(roles) if t is not None}
+        descriptor = _descriptor_type()
+        self.slots, self.descriptor_slots, self.descriptor_layouts = [], [], {}
+        for pos, arg in enumerate(self.args):
+            if id(arg) in by_id:
+                self.slots.append((pos, by_id[id(arg)]))
+            elif descriptor is not None and isinstance(arg, descriptor) and id(arg.base) in by_id:
+                self.descriptor_slots.append((pos, by_id[id(arg.base)], list(arg.block_shape)))
+                self.descriptor_layouts[pos] = (list(arg.shape), list(arg.strides), arg.base.dtype)
+            elif isinstance(arg, torch.Tensor) and not _owned(arg, roles):
+                raise RuntimeError(f"{getattr(kernel, '__name__', kernel)}: argument {pos} is a tensor that is "
+                                   "neither one of the call's nor a buffer its launch allocated")
+        self.descriptors = {}
+        self.compiled = self.launcher = self.values = self.fast = None
+
+    def first_run(self) -> None:
+        """The first launch, through the JIT (compiling or loading the kernel, or only that inside
+        codegen.static.jit.compiled_not_launched), then bound to the compiled kernel."""
+        compiled = self.kernel[self.grid](*self.args, **self.kwargs)
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            self._bind(compiled)
+        for pos, _ in self.slots:
+            self.args[pos] = None
+        for pos, _, _ in self.descriptor_slots:
+            self.args[pos] = None
+
+    def _bind(self, compiled) -> None:
+        try:
+            launcher = compiled.run  # loads the module and builds its launcher if not yet
+            function, packed = compiled.function, compiled.packed_metadata
+            names, params = self.kernel.arg_names, {p.name: p for p in self.kernel.params}
+        except AttributeError:  # a Triton whose kernels launch otherwise: stay on the JIT path
+            return
+        values = list(self.args)  # the launcher takes every parameter in order, constexprs too
+        for name in names[len(self.args):]:
+            if name in self.kwargs:
+                values.append(self.kwargs[name])
+            elif params[name].has_default:
+                values.append(params[name].default)
+            else:
+                raise TypeError(f"{name}: missing from the recorded launch of {self.kernel.__name__}")
+        for pos, _ in self.slots:
+            values[pos] = None
+        for pos, _, _ in self.descriptor_slots:
+            values[pos] = None
+        self.compiled, self.launcher, self.function, self.packed_metadata = compiled, launcher, function, packed
+        self.values = values
+        self.fast = self._generate_fast()
+
+    def _descriptor(self, cache: torch.Tensor, block_shape: list):
+        """The JIT path's descriptor over a cache tensor (one per tensor, by address)."""
+        ptr = cache.data_ptr()
+        desc = self.descriptors.get(ptr)
+        if desc is None:
+            if len(self.descriptors) >= MAX_DESCRIPTORS:
+                self.descriptors.pop(next(iter(self.descriptors)))
+            desc = _descriptor_type()(cache, list(cache.shape), list(cache.stride()), block_shape)
+            self.descriptors[ptr] = desc
+        return desc
+
+    def __call__(self, tensors: tuple, pointers: list, stream: int) -> None:
+        if self.fast is not None:
+            self.fast(tensors, pointers, stream)
+            return
+        args = self.args.copy()
+        for pos, role in self.slots:
+            args[pos] = tensors[role]
+        for pos, role, block in self.descriptor_slots:
+            args[pos] = self._descriptor(tensors[role], block)
+        self.kernel[self.grid](*args, **self.kwargs)
+
+    def _launch_with_hooks(self, tensors: tuple, pointers: list, stream: int) -> None:
+        """The launch as JITFunction.run makes it when a profiler registered launch hooks."""
+        values = self.values.copy()
+        for pos, role in self.slots:
+            values[pos] = tensors[role]
+        for pos, role, block in self.descriptor_slots:
+            cache = tensors[role]
+            values[pos] = _descriptor_type()(_Address(cache.data_ptr(), cache.dtype), list(cache.shape),
+                                             list(cache.stride()), block)
+        grid = self.grid
+        metadata = self.compiled.launch_metadata(grid, stream, *values)
+        self.launcher(grid[0], grid[1], grid[2], stream, self.function, self.packed_metadata, metadata,
+                      _knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook, *values)
+
+    def _generate_fast(self):
+        """A function that makes this launch from the call's pointers in one Python call: every
+        fixed argument a name of its namespace, every tensor its address. Where the launcher's C
+        entry point can be reached (codegen.plan._direct_entry) it is called as is, with each TMA
+        descriptor already encoded (once per cache address); else the CompiledKernel's launcher."""
+        entry = _direct_entry(self.launcher)
+        roles = dict(self.slots)
+        descriptors = {pos: (role, block) for pos, role, block in self.descriptor_slots}
+        metas = list(getattr(self.compiled.metadata, "tensordesc_meta", None) or [None] * len(descriptors))
+        namespace = dict(launcher=self.launcher, function=self.function, packed=self.packed_metadata,
+                         runtime=_knobs.runtime, hooks_active=_hooks_active, with_hooks=self._launch_with_hooks)
+        args = []
+        for pos, value in enumerate(self.values):
+            if pos in roles:  # an address on the direct path; the tensor for Triton's launcher
+                args.append(f"p[{roles[pos]}]" if entry else f"t[{roles[pos]}]")
+            elif pos in descriptors:
+                role, block = descriptors[pos]
+                shape, strides, dtype = self.descriptor_layouts[pos]
+                namespace[f"d{pos}"] = _Descriptors(shape, strides, dtype, block, metas.pop(0), encode=entry is not None)
+                args.append(f"*d{pos}(p[{role}])" if entry else f"d{pos}(p[{role}])")
+            else:
+                namespace[f"c{pos}"] = value
+                args.append(f"c{pos}")
+        g0, g1, g2 = self.grid
+        if entry is not None:
+            namespace.update(entry=entry.launch, coop=entry.cooperative, pdl=entry.pdl)
+            call = f"entry({g0}, {g1}, {g2}, stream, function, coop, pdl, None, None, packed, None, None, None, "
+        else:
+            call = f"launcher({g0}, {g1}, {g2}, stream, function, packed, None, None, None, "
+        hooks = ("runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls" if _hook_chains()
+                 else "hooks_active()")
+        source = (f"def launch(t, p, stream):\n"
+                  f"    if {hooks}:\n"
+                  f"        return with_hooks(t, p, stream)\n"
+                  f"    {call}{', '.join(args)})\n")
+        exec(compile(source, f"<msa-tune launch of {self.kernel.__name__}>", "exec"), namespace)
+        return namespace["launch"]
+
+
+class _Descriptors:
+    """TMA descriptors of one launch argument by cache address (under a plan only the address
+    varies: shape, strides, dtype and box are the key's). encode=True: the launcher's C entry
+    point's form, the descriptor encoded once per address (the launcher would encode it at every
+    launch); else the TensorDescriptor Triton's launcher takes. Built over the address alone, they
+    keep no cache alive."""
+
+    __slots__ = ("shape", "strides", "dtype", "block", "meta", "encode", "cache")
+
+    def __init__(self, shape, strides, dtype, block, meta, *, encode: bool):
+        self.shape, self.strides, self.dtype, self.block, self.meta = shape, strides, dtype, block, meta
+        self.encode, self.cache = encode, {}
+
+    def __call__(self, ptr: int):
+        found = self.cache.get(ptr)
+        if found is None:
+            if len(self.cache) >= MAX_DESCRIPTORS:
+                self.cache.pop(next(iter(self.cache)))
+            found = _descriptor_type()(_Address(ptr, self.dtype), self.shape, self.strides, self.block)
+            if self.encode:
+                found = tuple(_make_tensordesc_arg(found, self.meta))
+            self.cache[ptr] = found
+        return found
+
+
+class _Entry:
+    """The C entry point of a CUDA launcher (Triton 3.6's layout) and the flags it is called with."""
+
+    __slots__ = ("launch", "cooperative", "pdl")
+
+    def __init__(self, launch, cooperative, pdl):
+        self.launch, self.cooperative, self.pdl = launch, cooperative, pdl
+
+
+def _direct_entry(launcher):
+    """The launcher's C function when this Triton's CUDA launcher has the layout this module was
+    written against (triton 3.6: `launch(grid x3, stream, function, cooperative, pdl, scratch x2,
+    metadata, launch metadata, hooks x2, *args)`, descriptors expanded by a Python wrapper) and the
+    kernel needs no scratch memory; else None (Triton's own launcher is used)."""
+    try:
+        from triton.backends.nvidia import driver as nvidia
+    except ImportError:
+        return None
+    if (type(launcher).__name__ != "CudaLauncher" or getattr(nvidia, "_BASE_ARGS_FORMAT", None) != "iiiKKppOOOOOO"
+            or getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1)):
+        return None
+    try:
+        import inspect
+
+        if len(inspect.signature(nvidia.make_tensordesc_arg).parameters) != 2:
+            return None
+    except (AttributeError, TypeError, ValueError):
+        return None
+    launch = launcher.launch
+    if type(launch).__name__ != "builtin_function_or_method":  # the descriptor-expanding wrapper
+        cells = [cell.cell_contents for cell in (getattr(launch, "__closure__", None) or ())]
+        builtins = [c for c in cells if type(c).__name__ == "builtin_function_or_method"]
+        if len(builtins) != 1:
+            return None
+        launch = builtins[0]
+    return _Entry(launch, launcher.launch_cooperative_grid, launcher.launch_pdl)
+
+
+def _make_tensordesc_arg(desc, meta):
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+
+    return make_tensordesc_arg(desc, meta)
+
+
+def _hook_chains() -> bool:
+    """Whether this Triton keeps launch hooks as hook chains (3.6: knobs.runtime, a `calls` list)."""
+    return all(hasattr(getattr(_knobs.runtime, name, None), "calls")
+               for name in ("launch_enter_hook", "launch_exit_hook"))
+
+
+class _Address:
+    """What a host TMA descriptor needs of its base: the address and the element type."""
+
+    __slots__ = ("ptr", "dtype")
+
+    def __init__(self, ptr: int, dtype: torch.dtype):
+        self.ptr, self.dtype = ptr, dtype
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def _owned(arg: torch.Tensor, roles: tuple) -> bool:
+    """Whether a recorded tensor argument is not a view of one of the call's tensors (so a buffer
+    the launch allocated, which the plan may keep)."""
+    ptr = arg.untyped_storage().data_ptr()
+    return all(t is None or t.untyped_storage().data_ptr() != ptr for t in roles)
+
+
+try:
+    from torch._C import _cuda_getCurrentRawStream as _current_stream
+except ImportError:  # pragma: no cover
+    def _current_stream(device: int):
+        return torch.cuda.current_stream(device).cuda_stream
+
+
+def _hooks_active() -> bool:
+    """Whether a profiler registered Triton launch hooks (Triton 3.6 keeps them in knobs.runtime as
+    hook chains; older ones as a callable or None): then launches go the JIT's way, with metadata."""
+    enter, leave = _knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook
+    return bool(getattr(enter, "calls", enter)) or bool(getattr(leave, "calls", leave))

@@ -1,0 +1,175 @@
+"""Call plans (codegen.plan): a call shape's plan is built once and reused, and every change of
+what it depends on gives a fresh one. Each call is compared with the float64 reference, so a
+stale plan (wrong config, strides, grid or cache) fails on the numbers, not only on a counter."""
+import json
+import os
+
+import pytest
+import torch
+
+from codegen import LaunchConfig, cases, plan, tuned_store
+from codegen import api as api_module
+from codegen.accuracy import compare, gate_dtype
+
+SMALL = dict(head_dim=32, topk=4, arch="sm90")
+
+
+def _decode(seed=0, **kw):
+    shape = dict(seq_lens=[300, 700], num_q_heads=8, num_kv_heads=2, kv_dtype="fp8", scale_mode="scalar")
+    shape.update(kw)
+    return cases.decode_case(seed=seed, **shape, **SMALL)
+
+
+def _prefill(seed=0, **kw):
+    shape = dict(q_lens=[5, 6], prefix_lens=[0, 600], num_q_heads=8, num_kv_heads=2, kv_dtype="fp8",
+                 scale_mode="scalar", pattern="correlated")
+    shape.update(kw)
+    return cases.prefill_case(seed=seed, **shape, **SMALL)
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """Counts plan builds per kernel family."""
+    counts = {"prefill": 0, "decode": 0}
+    for family in counts:
+        real = getattr(api_module, f"_plan_{family}")
+
+        def spy(*args, _real=real, _family=family, **kwargs):
+            counts[_family] += 1
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(api_module, f"_plan_{family}", spy)
+    return counts
+
+
+def _run_checked(case, **kw):
+    case.poison()
+    out = cases.run_kernel(case, arch="sm90", **kw)
+    result = compare(out, cases.run_reference(case), gate_dtype(case.args["q"].dtype, kw.get("config")))
+    assert result.ok, result
+    return out
+
+
+def test_one_plan_serves_every_layer_of_a_step(builds):
+    """Layers: the same metadata, their own q, cache, top-k, scales and output. One build."""
+    first = _decode(seed=1)
+    for seed in (1, 2, 3):
+        layer = _decode(seed=seed)
+        for name in ("block_table", "seq_lens"):
+            layer.args[name] = first.args[name]
+        layer.args["topk_idx"] = first.args["topk_idx"].clone()  # the same selections, another tensor
+        _run_checked(layer)
+    assert builds["decode"] == 1
+    assert len(plan.PLANS) == 1
+
+
+def test_new_metadata_of_the_same_shapes_reuses_the_plan(builds):
+    for seed in (4, 5):
+        _run_checked(_prefill(seed=seed))  # other blocks selected, pages in another order: same shapes
+    assert builds["prefill"] == 1
+
+
+CHANGES = {
+    "shape": lambda: _decode(seq_lens=[300, 700, 40]),
+    "query_len": lambda: _decode(decode_query_len=2),
+    "dtype": lambda: _decode(kv_dtype="bf16", scale_mode="none"),
+    "scale_mode": lambda: _decode(scale_mode="per_token_head"),
+    "heads": lambda: _decode(num_q_heads=16, num_kv_heads=2),
+    "stride": lambda: _decode(strided=False),
+    "varlen": lambda: _decode(varlen_q_lens=[1, 2], padded_rows=1),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_each_change_gives_a_fresh_plan(builds, change):
+    _run_checked(_decode(seed=7))
+    _run_checked(CHANGES[change]())
+    assert builds["decode"] == 2, change
+    _run_checked(_decode(seed=8))  # and the first shape's plan is still there, and still right
+    assert builds["decode"] == 2
+
+
+def test_a_different_cache_tensor_is_read(builds):
+    """The plan keeps no cache: a new cache tensor of the same layout (another layer) is the one
+    read, through a descriptor of its own where TMA applies."""
+    case = _decode(seed=9)
+    _run_checked(case)
+    other = case.args["kv_cache"].clone()
+    other.copy_(torch.randn(other.shape).to(other.dtype))
+    case.args["kv_cache"] = other
+    _run_checked(case)
+    assert builds["decode"] == 1
+
+
+def test_sm_scale_and_num_kv_heads_are_part_of_the_key(builds):
+    case = _decode(seed=10)
+    _run_checked(case)
+    case.args["sm_scale"] = case.args["sm_scale"] * 0.5
+    _run_checked(case)
+    assert builds["decode"] == 2
+    case.args["num_kv_heads"] = True  # == 1 and hashes like it, but is refused by name
+    with pytest.raises(TypeError, match="num_kv_heads"):
+        cases.run_kernel(case, arch="sm90")
+
+
+def test_a_given_config_gives_its_own_plan(builds):
+    case = _prefill(seed=11)
+    outs = []
+    for config in (LaunchConfig(block_n=32, block_t=2), LaunchConfig(block_n=64, block_t=1),
+                   {"block_n": 32, "block_t": 2}):
+        outs.append(_run_checked(case, config=config).clone())
+    assert builds["prefill"] == 3  # a dict and an equal LaunchConfig are separate keys: each validated
+    _run_checked(case, config=LaunchConfig(block_n=32, block_t=2))
+    assert builds["prefill"] == 3
+
+
+def test_bad_input_is_refused_by_name_after_a_plan_exists():
+    case = _decode(seed=12)
+    _run_checked(case)
+    bad = dict(case.args, topk_idx=case.args["topk_idx"].long())
+    with pytest.raises(TypeError, match="topk_idx"):
+        api_module.sparse_attn_decode(**bad, arch="sm90")
+    bad = dict(case.args, output=case.args["output"][:1])
+    with pytest.raises(ValueError, match="output"):
+        api_module.sparse_attn_decode(**bad, arch="sm90")
+    with pytest.raises(TypeError, match="q"):
+        api_module.sparse_attn_decode(**dict(case.args, q=[1.0]), arch="sm90")
+    with pytest.raises(TypeError, match="config"):
+        api_module.sparse_attn_decode(**case.args, arch="sm90", config=[("block_n", 32)])
+
+
+def _table_source(config: dict) -> str:
+    """A tuned-config file for the interpreter's device: one decode table (8 q / 2 KV heads), one
+    bucket of 2 tokens, fresh for the current templates."""
+    from codegen.loader import current_inputs_sha256
+
+    doc = tuned_store.new_document("sm90", "cpu-interpreter")
+    provenance = {key: None for key in tuned_store._PROVENANCE_KEYS}
+    provenance.update(measured=True, arch="sm90", inputs_sha256=current_inputs_sha256("sm90", "decode", "scalar"))
+    doc["tables"][tuned_store.table_key("decode", "scalar", "fp8", 8, 2)] = {
+        "provenance": provenance,
+        "buckets": {"2": dict(config=LaunchConfig(**config).to_dict(), is_default=False, default_us=10.0,
+                              tuned_us=8.0, trials=5, failures=0)},
+    }
+    return json.dumps(tuned_store.validate_document(doc))
+
+
+def test_a_rewritten_table_file_gives_a_fresh_plan(builds, tmp_path, monkeypatch):
+    from codegen import get_config
+
+    monkeypatch.setenv(tuned_store.CONFIG_DIR_ENV, str(tmp_path))
+    case = _decode(seed=13)
+    _run_checked(case)
+    assert builds["decode"] == 1
+    tuned = get_config("decode", "sm90", "cpu-interpreter", "scalar", "fp8", 8, 2, 2, 4)
+    assert not tuned.is_tuned
+    path = tuned_store.file_name("sm90", "cpu-interpreter")
+    source = _table_source(dict(block_n=32, num_splits=2, fused_merge=1))
+    (tmp_path / path).write_text(source)
+    assert get_config("decode", "sm90", "cpu-interpreter", "scalar", "fp8", 8, 2, 2, 4).config.fused_merge == 1
+    _run_checked(case)
+    assert builds["decode"] == 2
+    chosen = next(iter(plan.PLANS._plans.values())).config
+    assert chosen.fused_merge == 1 and chosen.num_splits == 2
+    os.utime(tmp_path / path, ns=(1, 1))  # rewritten again (another mtime): another fresh plan
+    _run_checked(case)
+    assert builds["decode"] == 3
