@@ -124,7 +124,9 @@ run_part() {
 }
 
 main() {
-  echo "gpu_check: $(date -u +%FT%TZ) in $ROOT, parts: $ONLY, log: $LOG"
+  echo "gpu_check: $(date -u +%FT%TZ) in $ROOT at $(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null || echo '?')," \
+       "$(nproc 2> /dev/null || echo '?') cores, parts: $ONLY, log: $LOG"
+  command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   [ "$DRY" = 1 ] || setup
   local summary=() part
   for part in "${PARTS[@]}"; do
@@ -139,6 +141,7 @@ main() {
   return "$FAILED"
 }
 
+mkdir -p "$(dirname "$LOG")" || exit 2
 main 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 rm -rf "$TMP_DIR"
