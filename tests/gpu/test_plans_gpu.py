@@ -3,7 +3,7 @@ TMA descriptors per cache tensor, graphs. Each result is compared with the refer
 import pytest
 import torch
 
-from codegen import LaunchConfig, cases, plan
+from codegen import cases, gpu_suite, plan
 from codegen.accuracy import compare
 from codegen.validate import detect_device_arch
 
@@ -26,19 +26,20 @@ def _prefill(arch, seed, pattern="random"):
 
 
 def _ok(case):
-    return compare(case.output, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
+    # float64 on the GPU (issue 25: the CPU loop was most of a GPU test's time)
+    return compare(case.output, cases.run_reference(case, dtype=torch.float64, on_device=True), torch.bfloat16)
 
 
 def test_the_plan_launches_compiled_kernels_directly(arch):
     case = _decode(arch, 0)
     plan.PLANS.clear()
-    cases.run_kernel(case, config=LaunchConfig(num_splits=4, fused_merge=1))
+    cases.run_kernel(case, config=gpu_suite.DECODE_FUSED)
     (built,) = plan.PLANS._plans.values()
     assert all(launch.launcher is not None for launch in built.launches), "fell back to the JIT path"
     for seed in (1, 2):  # the bound path, on new inputs of the same shapes
         fresh = _decode(arch, seed)
         fresh.poison()
-        cases.run_kernel(fresh, config=LaunchConfig(num_splits=4, fused_merge=1))
+        cases.run_kernel(fresh, config=gpu_suite.DECODE_FUSED)
         torch.cuda.synchronize()
         assert _ok(fresh).ok
     assert len(plan.PLANS) == 1
@@ -48,10 +49,10 @@ def test_the_plan_launches_compiled_kernels_directly(arch):
 def test_two_streams_at_once(arch, kind):
     """Calls in flight on two streams never share buffers (partials, arrival counters)."""
     if kind.startswith("decode"):
-        config = LaunchConfig(num_splits=4, fused_merge=int(kind == "decode_fused"))
+        config = gpu_suite.DECODE_FUSED if kind == "decode_fused" else gpu_suite.DECODE_UNFUSED
         make, kw = (lambda seed: _decode(arch, seed)), dict(config=config)
     else:
-        make, kw = (lambda seed: _prefill(arch, seed, "correlated")), dict(config=LaunchConfig(block_t=4),
+        make, kw = (lambda seed: _prefill(arch, seed, "correlated")), dict(config=gpu_suite.PREFILL_TILES,
                                                                            selection="auto")
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     work = [[make(10 * s + i) for i in range(4)] for s in range(2)]
@@ -77,7 +78,7 @@ def test_each_layer_cache_gets_its_own_descriptor(arch):
     for layer in layers[1:]:
         for name in ("block_table", "seq_lens", "topk_idx"):
             layer.args[name] = layers[0].args[name]
-    config = LaunchConfig(block_n=64, kv_tma=1)
+    config = gpu_suite.DECODE_ONE_SPLIT  # kv_tma 1, the default
     for _ in range(2):
         for layer in layers:
             layer.poison()
@@ -88,7 +89,7 @@ def test_each_layer_cache_gets_its_own_descriptor(arch):
 
 def test_graph_capture_after_eager_calls_on_the_same_stream(arch):
     """A capture never reuses an eager plan's buffers, and eager calls after it stay right."""
-    config = LaunchConfig(num_splits=4, fused_merge=1)
+    config = gpu_suite.DECODE_FUSED
     stream = torch.cuda.Stream()
     case = _decode(arch, 30)
     with torch.cuda.stream(stream):
