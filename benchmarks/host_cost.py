@@ -6,8 +6,11 @@ Per row (a kernel, head layout, scale mode and batch), in microseconds per call:
              tensors (q, output, top-k and cache rotate over 8 sets) with the step's metadata
   new step   the same, with other metadata tensors of the same shapes every call
   config=    the API with the same configs given explicitly (selection "tiled" / the table's pick)
-  floor      the same compiled kernels launched directly with prebuilt arguments
-             (CompiledKernel.run): what any launch from Python costs on this host
+  floor      the same compiled kernels launched directly with prebuilt arguments through
+             Triton's launcher (CompiledKernel.run, tensors as arguments): what a Triton launch
+             from Python costs on this host at least
+  floor C    the same through the launcher's C entry point with addresses and encoded TMA
+             descriptors (what the plans call): the launch itself
   gpu        GPU time per call, from one CUDA graph of 20 calls on the rotating sets
 Host times: `calls` back-to-back calls timed on the host clock up to the last issue (not the
 final sync), best of 5 repeats, after warm-up. Since the launch queue is not full, that is the
@@ -101,35 +104,98 @@ def _metadata_sets(sets):
     return fresh
 
 
-def _floor_call(codegen, fn, args):
-    """A call launching the plan's compiled kernels directly with prebuilt arguments, or None when
-    this tree has no call plans (an older checkout)."""
+def _floor_calls(codegen, fn, args):
+    """Calls that launch the plan's compiled kernels directly with prebuilt arguments: through
+    Triton's launcher (`CompiledKernel.run`, tensors as arguments) and through its C entry point
+    (addresses, descriptors encoded once); (None, None) for a tree without call plans."""
     try:
         from codegen import plan as call_plans
     except ImportError:
-        return None
+        return None, None
     call_plans.PLANS.clear()
     fn(**args)
     (plan,) = call_plans.PLANS._plans.values()
     roles = codegen.api.PREFILL_ROLES if "cu_seqlens_q" in args else codegen.api.DECODE_ROLES
     tensors = tuple(args.get(role) for role in roles)
-    bare = []
+    triton_launches, c_launches = [], []
     for launch in plan.launches:
         values = list(launch.values)
         for pos, role in launch.slots:
             values[pos] = tensors[role]
         for pos, role, block in launch.descriptor_slots:
-            values[pos] = launch._descriptor(tensors[role], block)
-        bare.append((launch.launcher, launch.grid, launch.function, launch.packed_metadata, values))
+            cache = tensors[role]
+            values[pos] = call_plans._descriptor_type()(cache, list(cache.shape), list(cache.stride()), block)
+        triton_launches.append((launch.launcher, launch.grid, launch.function, launch.packed_metadata, values))
+        entry = call_plans._direct_entry(launch.launcher)
+        if entry is None:
+            c_launches = None
+        elif c_launches is not None:
+            flat = []
+            metas = list(getattr(launch.compiled.metadata, "tensordesc_meta", None) or [None] * len(values))
+            for value in values:
+                if isinstance(value, torch_tensor()):
+                    flat.append(value.data_ptr())
+                elif isinstance(value, call_plans._descriptor_type()):
+                    flat.extend(call_plans._make_tensordesc_arg(value, metas.pop(0)))
+                else:
+                    flat.append(value)
+            c_launches.append((entry, launch.grid, launch.function, launch.packed_metadata, flat))
     stream_of, device = call_plans._current_stream, plan.launches[0].device
 
-    def floor(_):
-        for launcher, (g0, g1, g2), function, packed, values in bare:
+    def triton_floor(_):
+        for launcher, (g0, g1, g2), function, packed, values in triton_launches:
             launcher(g0, g1, g2, stream_of(device), function, packed, None, None, None, *values)
-    return floor
+
+    def c_floor(_):
+        for entry, (g0, g1, g2), function, packed, flat in c_launches:
+            entry.launch(g0, g1, g2, stream_of(device), function, entry.cooperative, entry.pdl, None, None, packed,
+                         None, None, None, *flat)
+    return triton_floor, (c_floor if c_launches else None)
 
 
-def measure(quick: bool, calls: int) -> dict:
+def torch_tensor():
+    import torch
+
+    return torch.Tensor
+
+
+def components(fn, args, family: str, calls: int) -> dict:
+    """Per-part host time of one planned call (µs): the key, the lookup (table stat included),
+    the launches, and the whole API call, each timed alone back to back."""
+    import codegen
+    from codegen import plan as call_plans
+
+    api = codegen.api
+    roles = api.PREFILL_ROLES if family == "prefill" else api.DECODE_ROLES
+    tensors = tuple(args.get(role) for role in roles)
+    if family == "prefill":
+        scalars = (args["max_query_len"], args["num_kv_heads"], args["sm_scale"])
+        options = (None, None, True, None)
+    else:
+        scalars = (args["num_kv_heads"], args["sm_scale"], args["decode_query_len"])
+        options = (None, None, True)
+    fn(**args)
+    key, _, stream, pointers = call_plans.call_key(family, tensors, scalars, options)
+    plan = call_plans.PLANS.get(key)
+    parts = dict(
+        key=_host_us(lambda i: call_plans.call_key(family, tensors, scalars, options), calls),
+        lookup=_host_us(lambda i: call_plans.PLANS.get(key), calls),
+        table_stat=_host_us(lambda i: plan.fresh(), calls),
+        launches=_host_us(lambda i: plan.run(tensors, pointers, stream), calls),
+        api_positional=_host_us(lambda i: fn(*[args[name] for name in ARG_ORDER[family]]), calls),
+    )
+    return parts
+
+
+ARG_ORDER = {
+    "prefill": ("q", "kv_cache", "topk_idx", "block_table", "cu_seqlens_q", "seq_lens", "prefix_lens",
+                "max_query_len", "num_kv_heads", "sm_scale", "output", "k_scale", "v_scale"),
+    "decode": ("q", "kv_cache", "topk_idx", "block_table", "seq_lens", "num_kv_heads", "sm_scale", "output",
+               "decode_query_len", "k_scale", "v_scale"),
+}
+
+
+def measure(quick: bool, calls: int, with_components: bool = False) -> dict:
     import torch
     import triton
 
@@ -143,7 +209,7 @@ def measure(quick: bool, calls: int) -> dict:
 
     arch = detect_device_arch(torch.device("cuda"))
     device = api.device_name(torch.device("cuda"))
-    rows = []
+    rows, seen = [], set()
     for kernel, layout, reqs, tokens, context, mode, kv in _rows(quick):
         hq, hkv = HEAD_LAYOUTS[layout]
         case = cases.serving_case(kernel, arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype=kv, scale_mode=mode,
@@ -161,8 +227,13 @@ def measure(quick: bool, calls: int) -> dict:
         row["api"] = _host_us(lambda i: fn(**sets[i % LAYERS]), calls)
         row["new_step"] = _host_us(lambda i: fn(**steps[i % LAYERS]), calls)
         row["config"] = _host_us(lambda i: fn(**sets[i % LAYERS], **given), calls)
-        floor = _floor_call(codegen, fn, sets[0])
-        row["floor"] = _host_us(floor, calls) if floor is not None else None
+        triton_floor, c_floor = _floor_calls(codegen, fn, sets[0])
+        row["floor"] = _host_us(triton_floor, calls) if triton_floor is not None else None
+        row["floor_c"] = _host_us(c_floor, calls) if c_floor is not None else None
+        if with_components and triton_floor is not None and (kernel, mode) not in seen:
+            seen.add((kernel, mode))
+            row["components"] = components(fn, sets[0], kernel, calls)
+            print("  components (us):", {k: round(v, 1) for k, v in row["components"].items()}, flush=True)
         row["gpu"] = graph_time([lambda a=sets[i % LAYERS]: fn(**a) for i in range(20)]).median_us
         rows.append(row)
         print(_line(row), flush=True)
@@ -183,19 +254,21 @@ def _name(row) -> str:
 
 def _line(row) -> str:
     return (f"{_name(row):44s} api {_fmt(row['api']):>6s}  new step {_fmt(row['new_step']):>6s}  "
-            f"config= {_fmt(row['config']):>6s}  floor {_fmt(row['floor']):>6s}  gpu {_fmt(row['gpu']):>6s}")
+            f"config= {_fmt(row['config']):>6s}  floor {_fmt(row['floor']):>6s}  floor C {_fmt(row.get('floor_c')):>6s}  "
+            f"gpu {_fmt(row['gpu']):>6s}")
 
 
 def compare(before_path: str, after_path: str) -> str:
     """A markdown table of two runs' rows side by side (µs per call)."""
     before = {_name(r): r for r in json.loads(pathlib.Path(before_path).read_text())["rows"]}
     after = json.loads(pathlib.Path(after_path).read_text())["rows"]
-    lines = ["| call | before: api | before: config= | api | new step | config= | floor | gpu |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| call | before: api | before: config= | api | new step | config= | floor (Triton) | floor (C) | gpu |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in after:
         old = before.get(_name(row), {})
         lines.append(f"| {_name(row)} | {_fmt(old.get('api'))} | {_fmt(old.get('config'))} | {_fmt(row['api'])} | "
-                     f"{_fmt(row['new_step'])} | {_fmt(row['config'])} | {_fmt(row['floor'])} | {_fmt(row['gpu'])} |")
+                     f"{_fmt(row['new_step'])} | {_fmt(row['config'])} | {_fmt(row['floor'])} | {_fmt(row.get('floor_c'))} | "
+                     f"{_fmt(row['gpu'])} |")
     return "\n".join(lines)
 
 
@@ -211,6 +284,9 @@ for kernel, layout, reqs, tokens, context in {shapes!r}:
     case = cases.serving_case(kernel, arch="sm90", num_q_heads=hq, num_kv_heads=hkv, kv_dtype="fp8",
                               scale_mode="scalar", batch=reqs, tokens=tokens, context=context, seed=1)
     fn = sparse_attn_prefill if kernel == "prefill" else sparse_attn_decode
+    table = case.args["block_table"]  # vLLM's is max_model_len / 128 = 1024 blocks wide
+    case.args["block_table"] = torch.zeros(table.shape[0], 1024, dtype=table.dtype, device=table.device)
+    case.args["block_table"][:, :table.shape[1]] = table
     torch.cuda.synchronize()
     start = time.perf_counter()
     fn(**case.args)
@@ -253,6 +329,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="print two runs side by side")
     parser.add_argument("--cold-start", action="store_true", help="first-call times with and without warm-up")
+    parser.add_argument("--components", action="store_true", help="per-part host time of a planned call")
     args = parser.parse_args(argv)
     if args.compare:
         print(compare(*args.compare))
@@ -261,7 +338,7 @@ def main(argv=None) -> int:
         sys.path.insert(0, str(pathlib.Path(args.tree).resolve()))
     else:
         sys.path.insert(0, str(REPO))
-    result = cold_start() if args.cold_start else measure(args.quick, args.calls)
+    result = cold_start() if args.cold_start else measure(args.quick, args.calls, args.components)
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -53,9 +53,10 @@ def _use_pdl(q: torch.Tensor) -> bool:
 
 
 # The call's tensors in the order plans address them (codegen.plan: slots by role).
-PREFILL_ROLES = ("q", "kv_cache", "topk_idx", "block_table", "cu_seqlens_q", "seq_lens", "prefix_lens", "output",
-                 "k_scale", "v_scale")
-DECODE_ROLES = ("q", "kv_cache", "topk_idx", "block_table", "seq_lens", "output", "k_scale", "v_scale",
+# The layer's tensors first (codegen.plan.LAYER_TENSORS of them), then the step's metadata.
+PREFILL_ROLES = ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale", "block_table", "cu_seqlens_q",
+                 "seq_lens", "prefix_lens")
+DECODE_ROLES = ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale", "block_table", "seq_lens",
                 "query_start_loc", "token_to_req_indices")
 
 
@@ -74,12 +75,12 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
     if value_checks.values_checked():  # opt-in (MSA_TUNE_CHECK_VALUES=1): every call, a device sync
         value_checks.check_prefill_call(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
                                         max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, arch=arch)
-    tensors = (q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale)
-    key, cacheable = call_plans.call_key("prefill", tensors, (max_query_len, num_kv_heads, sm_scale),
-                                         (arch, config, fold_scales, selection))
+    tensors = (q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens)
+    key, cacheable, stream, pointers = call_plans.call_key("prefill", tensors, (max_query_len, num_kv_heads, sm_scale),
+                                                           (arch, config, fold_scales, selection))
     plan = call_plans.PLANS.get(key) if cacheable else None
     if plan is not None:
-        plan.run(tensors)
+        plan.run(tensors, pointers, stream)
         return output
     plan = _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, arch=arch, config=config,
                          fold_scales=fold_scales, selection=selection)
@@ -90,7 +91,7 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
 
 def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, config, fold_scales, selection):
     """Validates a prefill call, resolves its configs, records and binds its launches, runs them once."""
-    q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale = tensors
+    q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens = tensors
     num_reqs = validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
                                              output, k_scale, v_scale, num_reqs)
@@ -115,7 +116,7 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
             per_token = resolve(dataclasses.replace(config, block_t=1) if explicit else None, per_token=True)
     module = load_module(arch, "prefill", scale_mode, fold_scales)
     roles = call_plans.views(tensors)
-    q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale = roles
+    q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens = roles
     recorded, buffers = [], []
     rest = (seq_lens, prefix_lens, max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale)
     if per_token is None:
@@ -145,13 +146,13 @@ def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_head
         value_checks.check_decode_call(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
                                        decode_query_len, k_scale, v_scale, query_start_loc, token_to_req_indices,
                                        arch=arch)
-    tensors = (q, kv_cache, topk_idx, block_table, seq_lens, output, k_scale, v_scale, query_start_loc,
+    tensors = (q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, seq_lens, query_start_loc,
                token_to_req_indices)
-    key, cacheable = call_plans.call_key("decode", tensors, (num_kv_heads, sm_scale, decode_query_len),
-                                         (arch, config, fold_scales))
+    key, cacheable, stream, pointers = call_plans.call_key("decode", tensors, (num_kv_heads, sm_scale, decode_query_len),
+                                                           (arch, config, fold_scales))
     plan = call_plans.PLANS.get(key) if cacheable else None
     if plan is not None:
-        plan.run(tensors)
+        plan.run(tensors, pointers, stream)
         return output
     plan = _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, arch=arch, config=config,
                         fold_scales=fold_scales)
@@ -162,7 +163,7 @@ def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_head
 
 def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, config, fold_scales):
     """Validates a decode call, resolves its config, records and binds its launches, runs them once."""
-    q, kv_cache, topk_idx, block_table, seq_lens, output, k_scale, v_scale, query_start_loc, token_to_req = tensors
+    q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, seq_lens, query_start_loc, token_to_req = tensors
     num_reqs = validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
                                              output, k_scale, v_scale, num_reqs)
@@ -172,7 +173,7 @@ def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, con
                              num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
     use_pdl = _use_pdl(q)
     roles = call_plans.views(tensors)
-    q, kv_cache, topk_idx, block_table, seq_lens, output, k_scale, v_scale, query_start_loc, token_to_req = roles
+    q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, seq_lens, query_start_loc, token_to_req = roles
     recorded, buffers = [], []
     counters = None
     if config.fuses_merge:  # zero between calls: the last split program of a row resets its counter

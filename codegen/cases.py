@@ -281,9 +281,15 @@ def run_kernel(case: Case, **kw):
     return fn(**case.args, **kw)
 
 
-def run_reference(case: Case, dtype=torch.float64):
-    from .reference import reference_decode, reference_prefill
+def run_reference(case: Case, dtype=torch.float64, *, on_device: bool = False, chunk_tokens: int = 64):
+    """The reference output of `case`: the plain per-token loop on the CPU (small cases), or with
+    on_device=True the same function vectorized on the inputs' device (reference_batched; the GPU
+    tests at the model's sizes, where the CPU loop was most of a test's time). `chunk_tokens`
+    bounds the device memory gathered at once (float64 at 64 query heads: ~0.5 GB per 64 tokens)."""
+    from .reference import reference_batched, reference_decode, reference_prefill
 
+    if on_device:
+        return reference_batched(case.kernel, case.args, dtype=dtype, chunk_tokens=chunk_tokens)
     args = dict(case.args, output=None)
     fn = reference_prefill if case.kernel == "prefill" else reference_decode
     return fn(**args, dtype=dtype)

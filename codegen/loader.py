@@ -96,22 +96,38 @@ def _mtime(path: str) -> int | None:
         return None
 
 
+def _override_raw():
+    """The override folder's variable as the process environment holds it (os.environ's encoded
+    dict read directly where it exists: a fifth of a microsecond instead of one)."""
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict):
+        return data.get(_OVERRIDE_KEY)
+    return os.environ.get(tuned_store.CONFIG_DIR_ENV)
+
+
+_OVERRIDE_KEY = os.environ.encodekey(tuned_store.CONFIG_DIR_ENV) if hasattr(os.environ, "encodekey") \
+    else tuned_store.CONFIG_DIR_ENV
+
+
 class TableStamp:
     """The tuned-config files a lookup for (arch, device) looks at, in order, with their mtimes
     (None: absent), and the override folder then set. `unchanged()` re-stats them (one stat a
     folder): a cached answer stays valid exactly as long as it says True."""
 
-    __slots__ = ("override", "paths", "mtimes")
+    __slots__ = ("override", "files")
 
     def __init__(self, arch: str, device_name: str):
-        self.override = os.environ.get(tuned_store.CONFIG_DIR_ENV)
+        self.override = _override_raw()
         name = tuned_store.file_name(arch, device_name)
-        self.paths = tuple(str(folder / name) for folder in config_dirs())
-        self.mtimes = tuple(_mtime(path) for path in self.paths)
+        self.files = tuple((path, _mtime(path)) for path in (str(folder / name) for folder in config_dirs()))
 
     def unchanged(self) -> bool:
-        return (os.environ.get(tuned_store.CONFIG_DIR_ENV) == self.override
-                and tuple([_mtime(path) for path in self.paths]) == self.mtimes)
+        if _override_raw() != self.override:
+            return False
+        for path, mtime in self.files:
+            if _mtime(path) != mtime:
+                return False
+        return True
 
 
 def current_inputs_sha256(arch: str, kernel: str, scale_mode: str) -> str:

@@ -64,25 +64,45 @@ def device_state(q) -> tuple[int, int, bool]:
     return _cuda_state() if q.is_cuda else (-1, 0, False)
 
 
-def _hashable(value):
-    """A key part for an option argument: configs given as dicts become their items."""
-    if isinstance(value, dict):
-        return ("dict", tuple(value.items()))
-    return type(value), value
+LAYER_TENSORS = 6  # a call's tensors: its layer's (q, cache, top-k, output, scales) first, then the step's
 
 
 def call_key(family: str, tensors: tuple, scalars: tuple, options: tuple):
-    """The plan key of a call, and whether it may be cached: (key, cacheable). key is None when
-    an argument is not a tensor where one is expected (validation then names it)."""
+    """(key, cacheable, stream, pointers) of a call. key: what its plan depends on (None when an
+    argument is not a tensor where one is expected: validation then names it); cacheable: False
+    inside a graph capture; stream: the current stream's handle; pointers: each tensor's address
+    (0 for None), which the bound launches pass as they are (an int skips the launcher's
+    data_ptr() call and pointer query per argument: validation checked the devices).
+
+    The step's metadata tensors are the same objects in every layer's call: their signatures are
+    remembered with the objects, their version counters (bumped by every in-place change, a resize
+    or restride included) and addresses, and reused while all three match."""
     try:
-        sigs = tuple([None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15)
-                      for t in tensors])
+        pointers = [0 if t is None else t.data_ptr() for t in tensors]
+        sigs = [None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
+                for t, p in zip(tensors[:LAYER_TENSORS], pointers)]
+        step = tensors[LAYER_TENSORS:]  # four of them in both families (None where absent)
+        versions = [None if t is None else t._version for t in step]
+        memo = _step_memo.get(family)
+        if memo is not None:
+            seen = memo[0]
+        if (memo is not None and step[0] is seen[0] and step[1] is seen[1] and step[2] is seen[2]
+                and step[3] is seen[3] and memo[1] == versions and memo[2] == pointers[LAYER_TENSORS:]):
+            step_sigs = memo[3]
+        else:
+            step_sigs = tuple([None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
+                               for t, p in zip(step, pointers[LAYER_TENSORS:])])
+            _step_memo[family] = (step, versions, pointers[LAYER_TENSORS:], step_sigs)
     except (AttributeError, TypeError):
-        return None, False
+        return None, False, 0, None
     device, stream, capturing = device_state(tensors[0])
-    key = (family, sigs, tuple([(type(s), s) for s in scalars]), tuple([_hashable(o) for o in options]),
-           device, stream)
-    return key, not capturing
+    # Types with the values: True == 1 and hashes like it, but only one of them passes validation.
+    key = (family, *sigs, step_sigs, *[(type(s), s) for s in scalars],
+           *[("dict", tuple(o.items())) if type(o) is dict else (type(o), o) for o in options], device, stream)
+    return key, not capturing, stream, pointers
+
+
+_step_memo: dict = {}  # family -> (the last call's step tensors, their versions, addresses, signatures)
 
 
 class PlanCache:
@@ -94,16 +114,14 @@ class PlanCache:
         self._plans: dict = {}
 
     def get(self, key):
-        if key is None:
-            return None
         try:
             plan = self._plans.get(key)
         except TypeError:  # an unhashable argument (a list as a config, say): validation names it
             return None
-        if plan is not None and not plan.fresh():
-            self._plans.pop(key, None)
-            return None
-        return plan
+        if plan is None or plan.stamp is None or plan.stamp.unchanged():
+            return plan
+        self._plans.pop(key, None)
+        return None
 
     def put(self, key, plan) -> None:
         if key is None:
@@ -136,10 +154,11 @@ def views(tensors: tuple) -> tuple:
 class CallPlan:
     """The bound launches of one call shape, the buffers they own, and what keeps them valid."""
 
-    __slots__ = ("launches", "stamp", "config", "per_token_config", "buffers")
+    __slots__ = ("launches", "calls", "stamp", "config", "per_token_config", "buffers")
 
     def __init__(self, launches, *, stamp: TableStamp | None, config, per_token_config=None, buffers=()):
         self.launches = launches
+        self.calls = tuple(launch.fast or launch for launch in launches)
         self.stamp = stamp  # the tuned-table file the config came from (None: the config was given)
         self.config = config
         self.per_token_config = per_token_config
@@ -148,9 +167,9 @@ class CallPlan:
     def fresh(self) -> bool:
         return self.stamp is None or self.stamp.unchanged()
 
-    def run(self, tensors: tuple) -> None:
-        for launch in self.launches:
-            launch(tensors)
+    def run(self, tensors: tuple, pointers: list, stream: int) -> None:
+        for call in self.calls:
+            call(tensors, pointers, stream)
 
 
 def bind_recorded(recorded: list, roles: tuple, *, device: int) -> list:
@@ -182,7 +201,8 @@ class BoundLaunch:
     The call's tensors are not kept: their slots hold None between calls.
     """
 
-    __slots__ = ("kernel", "grid", "args", "kwargs", "slots", "descriptor_slots", "descriptors", "device",
+    __slots__ = ("kernel", "grid", "args", "kwargs", "slots", "descriptor_slots", "descriptor_layouts", "descriptors",
+                 "device",
                  "compiled", "launcher", "function", "packed_metadata", "values", "fast")
 
     def __init__(self, kernel, grid, args, kwargs, roles: tuple, *, device: int):
@@ -191,12 +211,13 @@ class BoundLaunch:
         self.args = list(args)
         by_id = {id(t): i for i, t in enumerate(roles) if t is not None}
         descriptor = _descriptor_type()
-        self.slots, self.descriptor_slots = [], []
+        self.slots, self.descriptor_slots, self.descriptor_layouts = [], [], {}
         for pos, arg in enumerate(self.args):
             if id(arg) in by_id:
                 self.slots.append((pos, by_id[id(arg)]))
             elif descriptor is not None and isinstance(arg, descriptor) and id(arg.base) in by_id:
                 self.descriptor_slots.append((pos, by_id[id(arg.base)], list(arg.block_shape)))
+                self.descriptor_layouts[pos] = (list(arg.shape), list(arg.strides), arg.base.dtype)
             elif isinstance(arg, torch.Tensor) and not _owned(arg, roles):
                 raise RuntimeError(f"{getattr(kernel, '__name__', kernel)}: argument {pos} is a tensor that is "
                                    "neither one of the call's nor a buffer its launch allocated")
@@ -238,70 +259,155 @@ class BoundLaunch:
         self.fast = self._generate_fast()
 
     def _descriptor(self, cache: torch.Tensor, block_shape: list):
-        # One descriptor per cache tensor (each layer has its own), by address: under the plan's
-        # key the shape, strides and dtype are fixed, so the address is all that differs. For the
-        # compiled launch it is built over the address alone, so it keeps no cache alive.
+        """The JIT path's descriptor over a cache tensor (one per tensor, by address)."""
         ptr = cache.data_ptr()
         desc = self.descriptors.get(ptr)
         if desc is None:
             if len(self.descriptors) >= MAX_DESCRIPTORS:
                 self.descriptors.pop(next(iter(self.descriptors)))
-            base = cache if self.launcher is None else _Address(ptr, cache.dtype)
-            desc = _descriptor_type()(base, list(cache.shape), list(cache.stride()), block_shape)
+            desc = _descriptor_type()(cache, list(cache.shape), list(cache.stride()), block_shape)
             self.descriptors[ptr] = desc
         return desc
 
-    def __call__(self, tensors: tuple) -> None:
-        if self.launcher is None:
-            args = self.args.copy()
-            for pos, role in self.slots:
-                args[pos] = tensors[role]
-            for pos, role, block in self.descriptor_slots:
-                args[pos] = self._descriptor(tensors[role], block)
-            self.kernel[self.grid](*args, **self.kwargs)
+    def __call__(self, tensors: tuple, pointers: list, stream: int) -> None:
+        if self.fast is not None:
+            self.fast(tensors, pointers, stream)
             return
-        self.fast(tensors)
+        args = self.args.copy()
+        for pos, role in self.slots:
+            args[pos] = tensors[role]
+        for pos, role, block in self.descriptor_slots:
+            args[pos] = self._descriptor(tensors[role], block)
+        self.kernel[self.grid](*args, **self.kwargs)
 
-    def _launch_with_hooks(self, tensors: tuple, stream: int) -> None:
+    def _launch_with_hooks(self, tensors: tuple, pointers: list, stream: int) -> None:
         """The launch as JITFunction.run makes it when a profiler registered launch hooks."""
         values = self.values.copy()
         for pos, role in self.slots:
             values[pos] = tensors[role]
         for pos, role, block in self.descriptor_slots:
-            values[pos] = self._descriptor(tensors[role], block)
+            cache = tensors[role]
+            values[pos] = _descriptor_type()(_Address(cache.data_ptr(), cache.dtype), list(cache.shape),
+                                             list(cache.stride()), block)
         grid = self.grid
         metadata = self.compiled.launch_metadata(grid, stream, *values)
         self.launcher(grid[0], grid[1], grid[2], stream, self.function, self.packed_metadata, metadata,
                       _knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook, *values)
 
     def _generate_fast(self):
-        """A function that makes this launch from the call's tensors in one Python call: every fixed
-        argument a name of its namespace, every slot an index into the tensors (the few hundred ns
-        a list copy and per-slot assignments cost add up over 60 layers)."""
+        """A function that makes this launch from the call's pointers in one Python call: every
+        fixed argument a name of its namespace, every tensor its address. Where the launcher's C
+        entry point can be reached (codegen.plan._direct_entry) it is called as is, with each TMA
+        descriptor already encoded (once per cache address); else the CompiledKernel's launcher."""
+        entry = _direct_entry(self.launcher)
         roles = dict(self.slots)
         descriptors = {pos: (role, block) for pos, role, block in self.descriptor_slots}
+        metas = list(getattr(self.compiled.metadata, "tensordesc_meta", None) or [None] * len(descriptors))
         namespace = dict(launcher=self.launcher, function=self.function, packed=self.packed_metadata,
-                         stream_of=_current_stream, hooks_active=_hooks_active, with_hooks=self._launch_with_hooks,
-                         descriptor=self._descriptor, device=self.device)
+                         runtime=_knobs.runtime, hooks_active=_hooks_active, with_hooks=self._launch_with_hooks)
         args = []
         for pos, value in enumerate(self.values):
-            if pos in roles:
-                args.append(f"t[{roles[pos]}]")
+            if pos in roles:  # an address on the direct path; the tensor for Triton's launcher
+                args.append(f"p[{roles[pos]}]" if entry else f"t[{roles[pos]}]")
             elif pos in descriptors:
                 role, block = descriptors[pos]
-                namespace[f"b{pos}"] = block
-                args.append(f"descriptor(t[{role}], b{pos})")
+                shape, strides, dtype = self.descriptor_layouts[pos]
+                descriptors_of = _Descriptors(shape, strides, dtype, block, metas.pop(0), encode=entry is not None)
+                namespace[f"d{pos}"], namespace[f"D{pos}"] = descriptors_of, descriptors_of.cache
+                found = f"(D{pos}.get(p[{role}]) or d{pos}(p[{role}]))"
+                args.append(f"*{found}" if entry else found)
             else:
                 namespace[f"c{pos}"] = value
                 args.append(f"c{pos}")
         g0, g1, g2 = self.grid
-        source = (f"def launch(t):\n"
-                  f"    stream = stream_of(device)\n"
-                  f"    if hooks_active():\n"
-                  f"        return with_hooks(t, stream)\n"
-                  f"    launcher({g0}, {g1}, {g2}, stream, function, packed, None, None, None, {', '.join(args)})\n")
+        if entry is not None:
+            namespace.update(entry=entry.launch, coop=entry.cooperative, pdl=entry.pdl)
+            call = f"entry({g0}, {g1}, {g2}, stream, function, coop, pdl, None, None, packed, None, None, None, "
+        else:
+            call = f"launcher({g0}, {g1}, {g2}, stream, function, packed, None, None, None, "
+        hooks = ("runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls" if _hook_chains()
+                 else "hooks_active()")
+        source = (f"def launch(t, p, stream):\n"
+                  f"    if {hooks}:\n"
+                  f"        return with_hooks(t, p, stream)\n"
+                  f"    {call}{', '.join(args)})\n")
         exec(compile(source, f"<msa-tune launch of {self.kernel.__name__}>", "exec"), namespace)
         return namespace["launch"]
+
+
+class _Descriptors:
+    """TMA descriptors of one launch argument by cache address (under a plan only the address
+    varies: shape, strides, dtype and box are the key's). encode=True: the launcher's C entry
+    point's form, the descriptor encoded once per address (the launcher would encode it at every
+    launch); else the TensorDescriptor Triton's launcher takes. Built over the address alone, they
+    keep no cache alive."""
+
+    __slots__ = ("shape", "strides", "dtype", "block", "meta", "encode", "cache")
+
+    def __init__(self, shape, strides, dtype, block, meta, *, encode: bool):
+        self.shape, self.strides, self.dtype, self.block, self.meta = shape, strides, dtype, block, meta
+        self.encode, self.cache = encode, {}
+
+    def __call__(self, ptr: int):
+        found = self.cache.get(ptr)
+        if found is None:
+            if len(self.cache) >= MAX_DESCRIPTORS:
+                self.cache.pop(next(iter(self.cache)))
+            found = _descriptor_type()(_Address(ptr, self.dtype), self.shape, self.strides, self.block)
+            if self.encode:
+                found = tuple(_make_tensordesc_arg(found, self.meta))
+            self.cache[ptr] = found
+        return found
+
+
+class _Entry:
+    """The C entry point of a CUDA launcher (Triton 3.6's layout) and the flags it is called with."""
+
+    __slots__ = ("launch", "cooperative", "pdl")
+
+    def __init__(self, launch, cooperative, pdl):
+        self.launch, self.cooperative, self.pdl = launch, cooperative, pdl
+
+
+def _direct_entry(launcher):
+    """The launcher's C function when this Triton's CUDA launcher has the layout this module was
+    written against (triton 3.6: `launch(grid x3, stream, function, cooperative, pdl, scratch x2,
+    metadata, launch metadata, hooks x2, *args)`, descriptors expanded by a Python wrapper) and the
+    kernel needs no scratch memory; else None (Triton's own launcher is used)."""
+    try:
+        from triton.backends.nvidia import driver as nvidia
+    except ImportError:
+        return None
+    if (type(launcher).__name__ != "CudaLauncher" or getattr(nvidia, "_BASE_ARGS_FORMAT", None) != "iiiKKppOOOOOO"
+            or getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1)):
+        return None
+    try:
+        import inspect
+
+        if len(inspect.signature(nvidia.make_tensordesc_arg).parameters) != 2:
+            return None
+    except (AttributeError, TypeError, ValueError):
+        return None
+    launch = launcher.launch
+    if type(launch).__name__ != "builtin_function_or_method":  # the descriptor-expanding wrapper
+        cells = [cell.cell_contents for cell in (getattr(launch, "__closure__", None) or ())]
+        builtins = [c for c in cells if type(c).__name__ == "builtin_function_or_method"]
+        if len(builtins) != 1:
+            return None
+        launch = builtins[0]
+    return _Entry(launch, launcher.launch_cooperative_grid, launcher.launch_pdl)
+
+
+def _make_tensordesc_arg(desc, meta):
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+
+    return make_tensordesc_arg(desc, meta)
+
+
+def _hook_chains() -> bool:
+    """Whether this Triton keeps launch hooks as hook chains (3.6: knobs.runtime, a `calls` list)."""
+    return all(hasattr(getattr(_knobs.runtime, name, None), "calls")
+               for name in ("launch_enter_hook", "launch_exit_hook"))
 
 
 class _Address:

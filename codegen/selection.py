@@ -32,7 +32,7 @@ def check_selection(selection: str) -> str:
 # How much of a tile's extra work each scale mode's tiles absorb before the per-token path wins:
 # tiles are kept while the inflation is at most 1 + share x (block_t - 1) / 2. Re-measured on the
 # H200 with the kernels of 2026-12-01 (the pipelined tiles), 57 prefill cases timed on both paths
-# (results/h200/selection-next/; `python benchmarks/selection_check.py` on its bench.json prints
+# (results/h200/selection-next/; `python benchmarks/probes/selection_check.py` on its bench.json prints
 # every case). The break-even inflation lies, for 4-token tiles: scalar between 1.90 (tiles 0.78x
 # the per-token time) and 3.73 (1.47x); bf16 (`none`) between 1.90 (0.59x) and 3.73 (1.10x);
 # per_token_head between 1.90 (0.77x) and 3.73 (1.50x); for 8-token tiles (GQA 8): scalar between

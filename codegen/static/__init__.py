@@ -35,6 +35,7 @@ import triton  # noqa: F401
 
 from .launch import (  # noqa: F401
     CACHE_ENV,
+    COMPILE_SECONDS_LIMIT,
     DECODE_TOKEN_COUNTS,
     EXCEPTIONS_PATH,
     FIGURES_VERSION,

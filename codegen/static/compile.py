@@ -44,7 +44,7 @@ def _typical_int_args(launch: StaticLaunch) -> dict[str, int]:
     - num_reqs neither 1 nor a multiple of 16 (a generic batch); decode_query_len == 1 (plain
       decode; varlen launches pass 1 too); blocks_per_split = ceil(topk / num_splits).
     tests/static checks the result against the JIT's own binder fed with codegen.cases inputs, and
-    benchmarks/compare_resources.py against the kernels the JIT loads on an H200.
+    benchmarks/probes/compare_resources.py against the kernels the JIT loads on an H200.
     """
     hq, hkv, d, topk = launch.num_q_heads, launch.num_kv_heads, launch.head_dim, launch.topk
     return {

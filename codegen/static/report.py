@@ -16,7 +16,7 @@ from ..configs import LaunchConfig
 from ..variants import KERNELS
 from .cache import _cache_load, cached_figures
 from .compile import CompileInputs, compile_inputs
-from .launch import EXCEPTIONS_PATH, LIMITS, StaticLaunch, _as_config, config_label, launches_for, runtime_use_pdl, target_of
+from .launch import COMPILE_SECONDS_LIMIT, EXCEPTIONS_PATH, LIMITS, StaticLaunch, _as_config, config_label, launches_for, runtime_use_pdl, target_of
 from .shipped import shipped_launches
 
 # ---------------------------------------------------------------------------------------------
@@ -101,6 +101,9 @@ def problems_of(arch: str, figures: Mapping[str, Any]) -> list[str]:
     if figures.get("error"):
         return [f"compile failed: {figures['error']}"]
     found = []
+    seconds = figures.get("compile_seconds")
+    if seconds is not None and seconds > COMPILE_SECONDS_LIMIT:
+        found.append(f"compile time {seconds:.1f} s > limit {COMPILE_SECONDS_LIMIT:g} s (Triton + ptxas)")
     shared = figures.get("shared_bytes")
     if shared is not None and shared > limits.shared_bytes:
         found.append(f"{limits.shared_name} {_kb(shared)} > limit {_kb(limits.shared_bytes)}")
@@ -332,11 +335,12 @@ def _row_cells(row: dict) -> list[str]:
     return [arch, row["kernel"], scale, kv_dtypes, heads,
             config_label(arch, row["kernel"], LaunchConfig(**row["config"])), row.get("source", ""), regs, spill,
             _fmt(row["scratch_bytes"], " B"), shared,
-            _fmt(row["occupancy"], missing="-" if arch == "sm90" else "?"), row["mma"], status]
+            _fmt(row["occupancy"], missing="-" if arch == "sm90" else "?"), row["mma"],
+            _fmt(row.get("compile_seconds"), " s"), status]
 
 
 TABLE_HEADER = ["arch", "kernel", "scale", "kv", "heads", "config", "source", "regs", "spill", "scratch", "smem/LDS", "occ",
-                "mma", "status"]
+                "mma", "compile", "status"]
 
 
 def table_text(rows: list[dict]) -> str:
@@ -344,7 +348,8 @@ def table_text(rows: list[dict]) -> str:
     lines = [f"Triton {triton.__version__}. Limits: "
              + "; ".join(f"{arch}: {LIMITS[arch].describe()}" for arch in LIMITS) + ".",
              "regs: sm90 per thread; gfx942 VGPRs per wave incl. AGPRs (aN = AGPRs). spill: sm90 bytes of "
-             "spill stores, gfx942 spilled VGPRs. occ: gfx942 waves per SIMD.", "",
+             "spill stores, gfx942 spilled VGPRs. occ: gfx942 waves per SIMD. compile: seconds of the compile "
+             f"(Triton + ptxas) when the figures were measured, limit {COMPILE_SECONDS_LIMIT:g} s.", "",
              "| " + " | ".join(TABLE_HEADER) + " |", "|" + "|".join("---" for _ in TABLE_HEADER) + "|"]
     lines += ["| " + " | ".join(_row_cells(row)) + " |" for row in rows]
     return "\n".join(lines) + "\n"

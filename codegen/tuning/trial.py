@@ -227,12 +227,24 @@ def prepare(request: dict, phases: _Phases | None = None) -> list[str]:
         return []
     try:
         if kernels:
-            return launch_problems(kernels, bucket.arch)
+            return launch_problems(kernels, bucket.arch) + _slow_compile(phases.get("compile", 0.0), len(kernels))
         return static_problems(bucket, config)  # nothing compiled here: the gate compiles ahead of time
     except Exception as exc:  # noqa: BLE001 - recorded as the candidate's failure, never as a pass
         return _check_raised(exc)
     finally:
         phases.lap("figures")
+
+
+def _slow_compile(seconds: float, kernels: int) -> list[str]:
+    """The JIT's compile of a candidate's kernels, judged like the ahead-of-time one
+    (codegen.static.COMPILE_SECONDS_LIMIT a kernel): a config that slow costs every fresh machine
+    (tests, users' first calls) more than its speed gives back. A Triton cache hit takes no time."""
+    from ..static import COMPILE_SECONDS_LIMIT
+
+    limit = COMPILE_SECONDS_LIMIT * max(kernels, 1)
+    if seconds <= limit:
+        return []
+    return [f"compile time {seconds:.1f} s for {kernels} kernel(s) > limit {limit:g} s (Triton + ptxas, JIT)"]
 
 
 def _check_raised(exc: Exception) -> list[str]:

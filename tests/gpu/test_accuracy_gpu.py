@@ -2,15 +2,21 @@
 
 The CPU gates' cases at the model's real sizes (head_dim 128, topk 16, per-rank head layouts) with
 bf16 queries on the device, through the module generated for the device's arch.
-Run: python -m pytest tests/gpu -q
+Run: python -m pytest tests/gpu -q -n 8 (or bash scripts/gpu_check.sh)
+
+Cheap on the host on purpose (issue 25: the suite once took > 5 minutes with the GPU idle): the
+references run on the GPU in float64 (cases.run_reference(on_device=True)), and the configs come
+from codegen.gpu_suite, so tests share compiled kernels (a cold Triton cache compiles each
+(config, specialization) once, 1-3 s with ptxas).
 """
 
 import pytest
 import torch
 
-from codegen import LaunchConfig, cases
+from codegen import cases, gpu_suite
 from codegen.accuracy import compare
 from codegen.shapes import SERVING_LAYOUTS
+from codegen.tuned_store import REPO_CONFIG_DIR
 from codegen.validate import detect_device_arch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -24,11 +30,16 @@ def arch():
     return detect_device_arch(torch.device("cuda"))
 
 
-def _check(case, config):
+def _reference(case):
+    """float64 on the GPU: the per-token CPU loop took 1-4 s per test at these sizes."""
+    return cases.run_reference(case, dtype=torch.float64, on_device=True)
+
+
+def _check(case, config, **kw):
     case.poison()
-    out = cases.run_kernel(case, config=config)
+    out = cases.run_kernel(case, config=config, **kw)
     torch.cuda.synchronize()
-    result = compare(out, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
+    result = compare(out, _reference(case), torch.bfloat16)
     assert result.ok, f"{case.kernel} {case.scale_mode}: {result}"
     return out
 
@@ -42,46 +53,45 @@ def _replay_on(graph, case, fresh):
     case.poison()
     graph.replay()
     torch.cuda.synchronize()
-    return compare(case.output, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
+    return compare(case.output, _reference(case), torch.bfloat16)
 
 
 @pytest.mark.parametrize("mode,kv_dtype", MODES)
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-@pytest.mark.parametrize("block_n,block_t", [(64, 1), (128, 1), (64, 4)])
-def test_prefill_gpu(arch, mode, kv_dtype, layout, block_n, block_t):
+@pytest.mark.parametrize("config", gpu_suite.PREFILL, ids=lambda c: f"bn{c.block_n}-bt{c.block_t}")
+def test_prefill_gpu(arch, mode, kv_dtype, layout, config):
     hq, hkv = LAYOUTS[layout]
     case = cases.prefill_case(arch=arch, q_lens=[40, 7, 130], prefix_lens=[3000, 0, 900], num_q_heads=hq,
                               num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode, q_dtype=torch.bfloat16,
-                              device="cuda", seed=block_n, pattern="correlated" if block_t > 1 else "random")
-    _check(case, LaunchConfig(block_n=block_n, block_t=block_t))
+                              device="cuda", seed=config.block_n, pattern="correlated" if config.block_t > 1 else "random")
+    _check(case, config)
 
 
 @pytest.mark.parametrize("mode,kv_dtype", MODES)
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-@pytest.mark.parametrize("num_splits,fused", [(1, 0), (5, 0), (5, 1), (16, 1)])
+@pytest.mark.parametrize("config", gpu_suite.DECODE, ids=lambda c: f"sp{c.num_splits}-fm{c.fused_merge}")
 @pytest.mark.parametrize("shape", ["uniform_q1", "uniform_q4", "varlen_padded"])
-def test_decode_gpu(arch, mode, kv_dtype, layout, num_splits, fused, shape):
+def test_decode_gpu(arch, mode, kv_dtype, layout, config, shape):
     hq, hkv = LAYOUTS[layout]
     kw = dict(arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode,
-              q_dtype=torch.bfloat16, device="cuda", seed=num_splits)
+              q_dtype=torch.bfloat16, device="cuda", seed=config.num_splits)
     if shape == "uniform_q1":
         case = cases.decode_case(seq_lens=[9000, 130, 2100, 40000], **kw)
     elif shape == "uniform_q4":
         case = cases.decode_case(seq_lens=[5000, 2100], decode_query_len=4, padded_rows=3, **kw)
     else:
         case = cases.decode_case(seq_lens=[3000, 70, 0, 2500], varlen_q_lens=[3, 1, 0, 2], padded_rows=5, **kw)
-    out = _check(case, LaunchConfig(block_n=64, num_splits=num_splits, fused_merge=fused))
+    out = _check(case, config)
     real = case.args["q"].shape[0] - {"uniform_q1": 0, "uniform_q4": 3, "varlen_padded": 5}[shape]
     assert torch.equal(out[real:], torch.zeros_like(out[real:]))
 
 
-@pytest.mark.parametrize("fused", [0, 1])
-def test_decode_cuda_graph_replay(arch, fused):
+@pytest.mark.parametrize("config", [gpu_suite.DECODE_UNFUSED, gpu_suite.DECODE_FUSED], ids=["unfused", "fused"])
+def test_decode_cuda_graph_replay(arch, config):
     """Captured once (three calls in one graph), replayed on new inputs copied into the same
     buffers, several times: still right (the fused merge's counters return to zero each call)."""
     kw = dict(arch=arch, num_q_heads=16, num_kv_heads=1, q_dtype=torch.bfloat16, device="cuda")
     case = cases.decode_case(seq_lens=[4000, 300, 7000], padded_rows=2, seed=1, **kw)
-    config = LaunchConfig(block_n=64, num_splits=4, fused_merge=fused)
     cases.run_kernel(case, config=config)  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -104,11 +114,10 @@ def test_kv_upcast_gpu(arch, mode, layout, kernel, kv_upcast):
               device="cuda", seed=7 + kv_upcast)
     if kernel == "prefill":
         case = cases.prefill_case(q_lens=[40, 7, 130], prefix_lens=[3000, 0, 900], pattern="correlated", **kw)
-        configs = [LaunchConfig(block_n=128, kv_upcast=kv_upcast), LaunchConfig(block_n=64, block_t=4, kv_upcast=kv_upcast)]
+        configs = gpu_suite.prefill_upcast(kv_upcast)
     else:
         case = cases.decode_case(seq_lens=[9000, 130, 2100, 40000], **kw)
-        configs = [LaunchConfig(block_n=128, num_splits=1, kv_upcast=kv_upcast),
-                   LaunchConfig(block_n=64, num_splits=8, fused_merge=1, kv_upcast=kv_upcast)]
+        configs = gpu_suite.decode_upcast(kv_upcast)
     for config in configs:
         _check(case, config)
 
@@ -123,13 +132,10 @@ def test_unfolded_baseline_gpu(arch, kernel, layout):
         case = cases.prefill_case(q_lens=[40, 130], prefix_lens=[3000, 900], **kw)
     else:
         case = cases.decode_case(seq_lens=[9000, 130, 2100], **kw)
-    for config in (LaunchConfig(block_n=64), LaunchConfig(block_n=64, block_t=4) if kernel == "prefill"
-                   else LaunchConfig(block_n=64, num_splits=4)):
-        case.poison()
-        out = cases.run_kernel(case, config=config, fold_scales=False)
-        torch.cuda.synchronize()
-        result = compare(out, cases.run_reference(case, dtype=torch.float32), torch.bfloat16)
-        assert result.ok, str(result)
+    configs = ((gpu_suite.PREFILL_PER_TOKEN, gpu_suite.PREFILL_TILES) if kernel == "prefill"
+               else (gpu_suite.DECODE_ONE_SPLIT, gpu_suite.DECODE_UNFUSED))
+    for config in configs:
+        _check(case, config, fold_scales=False)
 
 
 def test_prefill_auto_selection_in_a_cuda_graph(arch):
@@ -140,7 +146,7 @@ def test_prefill_auto_selection_in_a_cuda_graph(arch):
     kw = dict(arch=arch, q_lens=[256, 64], prefix_lens=[60000, 3000], num_q_heads=16, num_kv_heads=1,
               q_dtype=torch.bfloat16, device="cuda", future_prob=0.0)
     case = cases.prefill_case(pattern="correlated", seed=1, **kw)
-    config = LaunchConfig(block_n=64, block_t=4)
+    config = gpu_suite.PREFILL_TILES
     cases.run_kernel(case, config=config, selection="auto")  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -165,32 +171,32 @@ def test_topk_tails_gpu(arch, mode, kv_dtype, tail, path):
               q_dtype=torch.bfloat16, device="cuda", seed=11, tail=tail, inner_junk=0.1 if tail == "mixed" else 0.0)
     if path == "decode":
         case = cases.decode_case(seq_lens=[100, 700, 1900, 9000], decode_query_len=2, padded_rows=2, **kw)
-        config = LaunchConfig(block_n=64, num_splits=4, fused_merge=1)
+        config = gpu_suite.DECODE_FUSED
     else:
         case = cases.prefill_case(q_lens=[300, 40], prefix_lens=[0, 1800], pattern="correlated", **kw)
-        config = LaunchConfig(block_n=64, block_t=4 if path == "prefill_tiles" else 1)
+        config = gpu_suite.PREFILL_TILES if path == "prefill_tiles" else gpu_suite.PREFILL_PER_TOKEN
     _check(case, config)
 
 
 @pytest.mark.parametrize("mode,kv_dtype", [("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16")])
-@pytest.mark.parametrize("num_splits,fused", [(1, 0), (4, 1)])
-def test_decode_nan_past_the_sequence_gpu(arch, mode, kv_dtype, num_splits, fused):
+@pytest.mark.parametrize("config", [gpu_suite.DECODE_ONE_SPLIT, gpu_suite.DECODE_FUSED], ids=["sp1", "fused"])
+def test_decode_nan_past_the_sequence_gpu(arch, mode, kv_dtype, config):
     """A TMA box reads whole slices: NaN in the slots past a request's length (fp8 NaN is 0x7f here,
     which the hardware decodes as NaN, unlike the interpreter) must not reach the output."""
     hq, hkv = LAYOUTS["tp1"]
     case = cases.decode_case(arch=arch, seq_lens=[300, 2100, 9000, 61], num_q_heads=hq, num_kv_heads=hkv,
                              kv_dtype=kv_dtype, scale_mode=mode, q_dtype=torch.bfloat16, device="cuda", seed=5)
-    expected = cases.run_reference(case, dtype=torch.float32)
+    expected = _reference(case)
     case.poison_past_the_end()
     case.poison()
-    out = cases.run_kernel(case, config=LaunchConfig(block_n=64, num_splits=num_splits, fused_merge=fused))
+    out = cases.run_kernel(case, config=config)
     torch.cuda.synchronize()
     result = compare(out, expected, torch.bfloat16)
     assert result.ok, f"{mode}: {result}"
 
 
 @pytest.mark.parametrize("mode,kv_dtype", [("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16")])
-@pytest.mark.parametrize("block_t,block_n,kv_upcast", [(1, 128, 3), (4, 128, 3), (4, 64, 2), (8, 64, 3)])
+@pytest.mark.parametrize("block_t,block_n,kv_upcast", gpu_suite.PREFILL_NAN)
 def test_prefill_nan_past_the_sequence_gpu(arch, mode, kv_dtype, block_t, block_n, kv_upcast):
     """As the decode test: prefill's TMA boxes read the slots past each request's end (NaN here). The
     tiles zero them in V's fp8 -> fp16 conversion (kv_upcast 3) or with a select, only on the slices
@@ -199,11 +205,10 @@ def test_prefill_nan_past_the_sequence_gpu(arch, mode, kv_dtype, block_t, block_
     case = cases.prefill_case(arch=arch, q_lens=[300, 77, 130], prefix_lens=[1000, 0, 4000], num_q_heads=hq,
                               num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode, q_dtype=torch.bfloat16,
                               device="cuda", seed=9, pattern="correlated")
-    expected = cases.run_reference(case, dtype=torch.float32)
+    expected = _reference(case)
     case.poison_past_the_end()
     case.poison()
-    config = LaunchConfig(block_t=block_t, block_n=block_n, num_warps=8 if block_t == 8 else 4,
-                          kv_upcast=kv_upcast if kv_dtype == "fp8" else 0)
+    config = gpu_suite.prefill_nan_config(block_t, block_n, kv_upcast, kv_dtype)
     out = cases.run_kernel(case, config=config, selection="tiled" if block_t > 1 else "per_token")
     torch.cuda.synchronize()
     result = compare(out, expected, torch.bfloat16)
@@ -220,7 +225,7 @@ def test_decode_unaligned_cache_takes_plain_loads_gpu(arch):
     shifted.copy_(kv)
     assert shifted.data_ptr() % 16 != 0
     case.args["kv_cache"] = shifted
-    _check(case, LaunchConfig(block_n=64, num_splits=4, fused_merge=1))
+    _check(case, gpu_suite.DECODE_FUSED)
 
 
 @pytest.mark.parametrize("pattern", ["correlated", "random"])
@@ -254,3 +259,17 @@ def test_one_launch_decision_matches_the_torch_estimate_gpu(arch, pattern, block
         torch.cuda.synchronize()
         assert got.item() == pytest.approx(want, rel=1e-6)
         assert torch.equal(tiled, want_tiled.to(tiled.device)) and torch.equal(per_token, want_per_token.to(tiled.device))
+
+
+_TUNED = gpu_suite.tuned_entries(REPO_CONFIG_DIR / "sm90__NVIDIA_H200.json")
+
+
+@pytest.mark.parametrize("entry", _TUNED, ids=[entry.id for entry in _TUNED])
+def test_tuned_table_config_gpu(arch, entry):
+    """Every distinct config of the H200's tuned table (the configs users get) compiles, runs and is
+    right, once, at its bucket's shape or a smaller one (codegen.gpu_suite.tuned_case_shape)."""
+    if arch != "sm90":
+        pytest.skip(f"the table is sm90's; this device is {arch}")
+    case = cases.serving_case(entry.table.split("/")[0], arch=arch, seed=13, **gpu_suite.tuned_case_shape(entry))
+    kw = {} if case.kernel == "decode" else {"selection": "per_token" if entry.per_token else "tiled"}
+    _check(case, entry.config, **kw)

@@ -71,17 +71,22 @@ def test_correlated_pattern_shares_blocks_between_neighbours():
     assert overlap["correlated"] > 2 * overlap["random"]
 
 
-def test_batched_reference_matches_the_plain_one():
-    from codegen.reference import reference_batched
-
+@pytest.mark.parametrize("tail", cases.TAILS)
+def test_batched_reference_matches_the_plain_one(tail):
+    """The GPU tests check against the batched reference (cases.run_reference(on_device=True)):
+    it must be the plain loop's function for every tail, junk inside the read entries, selected
+    future blocks, varlen and padded rows."""
+    junk = dict(tail=tail, inner_junk=0.2 if tail == "mixed" else 0.0)
     for case in [
         cases.prefill_case(arch="sm90", q_lens=[7, 5], prefix_lens=[600, 1000], num_q_heads=8, num_kv_heads=2,
-                           head_dim=32, topk=4, scale_mode="per_token_head", seed=3),
+                           head_dim=32, topk=4, scale_mode="per_token_head", seed=3, **junk),
         cases.decode_case(arch="gfx942", seq_lens=[300, 1000, 5, 0], varlen_q_lens=[2, 0, 1, 0], num_q_heads=8,
-                          num_kv_heads=2, head_dim=32, topk=4, padded_rows=2, scale_mode="scalar", seed=1),
+                          num_kv_heads=2, head_dim=32, topk=4, padded_rows=2, scale_mode="scalar", seed=1, **junk),
         cases.decode_case(arch="sm90", seq_lens=[300, 1000], decode_query_len=3, num_q_heads=16, num_kv_heads=1,
-                          head_dim=32, topk=4, padded_rows=2, kv_dtype="bf16", scale_mode="none", seed=1),
+                          head_dim=32, topk=4, padded_rows=2, kv_dtype="bf16", scale_mode="none", seed=1, **junk),
     ]:
         plain = cases.run_reference(case)
-        batched = reference_batched(case.kernel, case.args, dtype=torch.float64, chunk_tokens=3)
+        batched = cases.run_reference(case, on_device=True, chunk_tokens=3)
+        assert batched.dtype == torch.float64 and batched.device == case.args["q"].device
         assert torch.allclose(plain, batched, rtol=0, atol=1e-12)
+        assert batched.abs().sum() > 0

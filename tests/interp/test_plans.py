@@ -173,3 +173,23 @@ def test_a_rewritten_table_file_gives_a_fresh_plan(builds, tmp_path, monkeypatch
     os.utime(tmp_path / path, ns=(1, 1))  # rewritten again (another mtime): another fresh plan
     _run_checked(case)
     assert builds["decode"] == 3
+
+
+def test_an_in_place_change_of_a_step_tensor_is_seen(builds):
+    """The step's metadata objects are remembered by identity, version and address: an in-place
+    resize of the same object is re-validated (here: refused), not served from the plan."""
+    case = _decode(seed=14)
+    _run_checked(case)
+    _run_checked(case)
+    assert builds["decode"] == 1
+    table = case.args["block_table"]
+    table.resize_(1, table.shape[1])
+    with pytest.raises(ValueError, match="block_table"):
+        cases.run_kernel(case, arch="sm90")
+
+
+def test_roles_split_into_layer_and_step_tensors():
+    # codegen.plan.call_key compares exactly four step tensors by identity
+    for roles in (api_module.PREFILL_ROLES, api_module.DECODE_ROLES):
+        assert len(roles) == plan.LAYER_TENSORS + 4
+        assert roles[:plan.LAYER_TENSORS] == ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale")

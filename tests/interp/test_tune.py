@@ -510,3 +510,13 @@ def test_the_gpu_lock_is_held_in_turn_across_processes(tmp_path):
     finally:
         remove_lock(path)
     assert not os.path.exists(path)
+
+
+def test_a_candidate_whose_jit_compile_is_over_the_limit_is_dropped():
+    """On a GPU the gate reads the JIT's kernels; their compile time is judged like the AOT one."""
+    from codegen.static import COMPILE_SECONDS_LIMIT
+    from codegen.tuning.trial import _slow_compile
+
+    assert _slow_compile(COMPILE_SECONDS_LIMIT * 2 - 1, 2) == []  # two kernels: twice the time
+    (problem,) = _slow_compile(COMPILE_SECONDS_LIMIT + 1, 1)
+    assert problem.startswith("compile time") and f"limit {COMPILE_SECONDS_LIMIT:g} s" in problem

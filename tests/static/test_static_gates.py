@@ -314,7 +314,7 @@ def test_specialization_matches_the_jit(monkeypatch, launch):
 def test_page_loops_prefetch(kernel, fields):
     """num_stages is a real knob: at 3 stages the sm90 page loop prefetches K/V slices (cp.async, or
     for decode TMA copies issued before the loop), at 1 it only loads the slice it is on
-    (benchmarks/ptx_pipelining.py prints the counts)."""
+    (docs/performance.md, "The page loops"; the counts of 2026-12-01)."""
     def copies(num_stages):
         config = LaunchConfig(**fields, num_stages=num_stages)
         return static.async_copies(static.compile_asm(static.launches_for("sm90", kernel, "scalar", "fp8", 64, 4,

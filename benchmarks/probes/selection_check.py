@@ -1,0 +1,85 @@
+"""Checks prefill's tiled / per-token decision (codegen.selection) against a measured run.
+
+Reads a bench.json that timed the tiles and the per-token path side by side (columns `tiled` or,
+in runs before the `auto` default, `runtime`; and `per_token`), rebuilds each case's selections
+on the CPU (the benchmark's first input set, seed 0), and prints per case: the tile size, the tile
+inflation, what `auto` decides with the current thresholds, and which path the run found faster;
+then, when the run has an `auto` column, what auto measured against the tiles and the per-token
+path (with the thresholds of that run). CPU only.
+
+  python benchmarks/probes/selection_check.py results/h200/selection-next/bench_tp1_tp4.json
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+from codegen import cases  # noqa: E402
+from codegen.selection import tile_inflation, tiles_pay_off_below  # noqa: E402
+from codegen.shapes import HEAD_LAYOUTS  # noqa: E402
+
+
+def _inflation(spec: dict, block_t: int) -> float:
+    hq, hkv = HEAD_LAYOUTS[spec["layout"]]
+    # The selections do not depend on the cache dtype or head_dim: a small head_dim keeps it quick.
+    case = cases.serving_case("prefill", arch="sm90", num_q_heads=hq, num_kv_heads=hkv, kv_dtype="fp8",
+                              scale_mode="scalar", batch=spec["batch"], tokens=spec["tokens"],
+                              context=spec["context"], pattern=spec["pattern"], head_dim=16,
+                              q_dtype=torch.float32, device="cpu", seed=0)
+    a = case.args
+    return tile_inflation(a["topk_idx"], block_t, a["cu_seqlens_q"], a["prefix_lens"]).item()
+
+
+def main(path: str) -> int:
+    rows = [r for r in json.load(open(path))["rows"] if "error" not in r and r["case"].startswith("prefill")]
+    by = {(r["case"], r["config"]): r for r in rows}
+    tiled_column = "tiled" if any(r["config"] == "tiled" for r in rows) else "runtime"
+    right = total = 0
+    print(f"{'case':48s} {'bt':>3s} {'inflation':>9s} {'keep below':>10s} {'auto':>9s} {'faster':>9s} "
+          f"{'tiles/per-token':>15s}")
+    for case in dict.fromkeys(r["case"] for r in rows):
+        tiled, per_token = by.get((case, tiled_column)), by.get((case, "per_token"))
+        if not tiled or not per_token or tiled["launch"]["block_t"] == 1:
+            continue  # nothing to decide
+        block_t, mode = tiled["launch"]["block_t"], tiled["spec"]["mode"]
+        inflation, limit = _inflation(tiled["spec"], block_t), tiles_pay_off_below(block_t, mode)
+        chosen = "tiles" if inflation <= limit else "per-token"
+        ratio = tiled["time_us"] / per_token["time_us"]
+        faster = "tiles" if ratio < 1 else "per-token"
+        total += 1
+        right += chosen == faster
+        print(f"{case.removeprefix('prefill '):48s} {block_t:3d} {inflation:9.2f} {limit:10.2f} {chosen:>9s} "
+              f"{faster:>9s} {ratio:15.2f}")
+    print(f"auto picks the faster path in {right} of {total} cases")
+    _measured_auto(by, tiled_column)
+    return 0
+
+
+def _measured_auto(by: dict, tiled_column: str) -> None:
+    """Measured auto time over the tiles' and the per-token path's, per selection pattern and chunk
+    shape (across layouts and scale modes)."""
+    groups: dict[str, list] = {}
+    for case, column in by:
+        if column == "auto" and (case, tiled_column) in by and (case, "per_token") in by:
+            auto = by[(case, "auto")]["time_us"]
+            group = " ".join(case.split()[3:])  # "prefill tp1 scalar random 1x8k prefix120k" -> "random 1x8k ..."
+            ratio = (auto / by[(case, tiled_column)]["time_us"], auto / by[(case, "per_token")]["time_us"])
+            groups.setdefault(group, []).append(ratio)
+            groups.setdefault(f"{group.split()[0]}, every shape", []).append(ratio)
+    for group, ratios in sorted(groups.items()):
+        over_tiles, over_per_token = zip(*ratios)
+        print(f"measured auto, {group} ({len(ratios)} cases): / tiles median {statistics.median(over_tiles):.3f} "
+              f"range {min(over_tiles):.3f}-{max(over_tiles):.3f}; / per-token range "
+              f"{min(over_per_token):.3f}-{max(over_per_token):.3f}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: selection_check.py BENCH_JSON")
+    sys.exit(main(sys.argv[1]))

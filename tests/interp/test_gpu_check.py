@@ -1,0 +1,54 @@
+"""scripts/gpu_check.sh without a GPU: argument handling, the summary line, the exit status and the
+log, with each part's command replaced through GPU_CHECK_CMD_<PART>."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.sh"
+
+
+def _run(tmp_path, *args, **commands):
+    env = dict(os.environ, PYTHON="python3", **{f"GPU_CHECK_CMD_{k.upper()}": v for k, v in commands.items()})
+    log = tmp_path / "check.log"
+    proc = subprocess.run(["bash", str(SCRIPT), "--log", str(log), *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+    return proc, log
+
+
+def test_dry_run_lists_every_part_and_ends_with_one_summary_line(tmp_path):
+    proc, log = _run(tmp_path, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert [ln for ln in lines if ln.startswith("gpu_check: DRY-RUN")] == [lines[-1]]
+    for part in ("tests", "tune", "bench", "host_cost"):
+        assert f" {part} " in lines[-1] + " "
+    assert "--durations=25" in proc.stdout and "--storage sqlite:///" in proc.stdout
+    assert "tuned_configs" not in proc.stdout  # the tune part writes to a temp folder only
+    assert log.read_text().strip().splitlines()[-1] == lines[-1]
+
+
+def test_a_failing_part_fails_the_check_and_says_which(tmp_path):
+    proc, log = _run(tmp_path, "--only", "tests,bench", tests='echo "== 5 passed, 2 failed in 1.0s =="; exit 1',
+                     bench="true")
+    assert proc.returncode == 1
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("gpu_check: FAILED tests ") and "(5 passed, 2 failed) FAILED (rc 1)" in last
+    assert "| bench " in last and "tune" not in last
+    assert "5 passed, 2 failed" in log.read_text()
+
+
+def test_passing_parts_pass(tmp_path):
+    proc, _ = _run(tmp_path, "--only", "tune,bench", tune="true", bench="true")
+    assert proc.returncode == 0
+    assert proc.stdout.strip().splitlines()[-1].startswith("gpu_check: PASSED tune ")
+
+
+@pytest.mark.parametrize("args,message", [(["--only", "tests,nope"], "unknown part 'nope'"),
+                                          (["-n", "0"], "positive number of workers"),
+                                          (["--frobnicate"], "unknown argument"),
+                                          (["--log"], "--log needs a path")])
+def test_bad_arguments_are_refused_clearly(tmp_path, args, message):
+    proc = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr

@@ -1,0 +1,48 @@
+"""codegen.gpu_suite: the GPU suite's configs and the tuned-table entries it runs (CPU checks)."""
+import json
+
+import pytest
+
+from codegen import LaunchConfig, gpu_suite
+from codegen.configs import validate_config
+from codegen.tuned_store import REPO_CONFIG_DIR
+
+TABLE = REPO_CONFIG_DIR / "sm90__NVIDIA_H200.json"
+
+
+def test_every_config_of_the_tuned_table_runs_once_at_its_smallest_bucket():
+    entries = gpu_suite.tuned_entries(TABLE)
+    doc = json.loads(TABLE.read_text())
+    want = set()
+    for table, body in doc["tables"].items():
+        for bucket, entry in body["buckets"].items():
+            want.add((table, LaunchConfig.from_dict(entry["config"]), False))
+            if "per_token" in entry:
+                want.add((table, LaunchConfig.from_dict(entry["per_token"]["config"]), True))
+    got = [(e.table, e.config, e.per_token) for e in entries]
+    assert len(got) == len(set(got)) and set(got) == want
+    for e in entries:
+        buckets = [int(b) for b, x in doc["tables"][e.table]["buckets"].items()
+                   if LaunchConfig.from_dict((x.get("per_token") if e.per_token else x)["config"]) == e.config]
+        assert e.bucket == min(buckets)
+
+
+@pytest.mark.parametrize("index", range(0, 75, 7))
+def test_a_tuned_entrys_shape_is_its_bucket_or_smaller(index):
+    entries = gpu_suite.tuned_entries(TABLE)
+    entry = entries[index % len(entries)]
+    shape = gpu_suite.tuned_case_shape(entry)
+    assert shape["batch"] * shape["tokens"] == min(entry.bucket, gpu_suite.TUNED_MAX_TOKENS)
+    assert entry.table.split("/")[1:] == [shape["scale_mode"], shape["kv_dtype"],
+                                          f"{shape['num_q_heads']}x{shape['num_kv_heads']}"]
+    assert (shape["tokens"] == 1) == entry.table.startswith("decode")
+
+
+def test_the_suite_configs_are_valid_and_distinct():
+    configs = gpu_suite.suite_configs()
+    for family, items in configs.items():
+        assert len(items) == len(set(items)) > 3
+        for config in items:
+            validate_config(config, arch="sm90", kernel=family, topk=16)
+    assert gpu_suite.DECODE_FUSED.fuses_merge and not gpu_suite.DECODE_UNFUSED.fuses_merge
+    assert gpu_suite.DECODE_UNFUSED.launches_merge and any(c.block_t > 1 for c in configs["prefill"])
