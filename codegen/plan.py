@@ -93,7 +93,7 @@ def call_key(family: str, tensors: tuple, scalars: tuple, options: tuple):
             step_sigs = tuple([None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
                                for t, p in zip(step, pointers[LAYER_TENSORS:])])
             _step_memo[family] = (step, versions, pointers[LAYER_TENSORS:], step_sigs)
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, RuntimeError):  # not tensors, or tensors without storage: validation speaks
         return None, False, 0, None
     device, stream, capturing = device_state(tensors[0])
     # Types with the values: True == 1 and hashes like it, but only one of them passes validation.
@@ -459,8 +459,11 @@ class StepPlan:
 
     def __init__(self, family: str, step: tuple, scalars: tuple, options: tuple, drop_in):
         self.family, self.step, self.scalars, self.options, self.drop_in = family, step, scalars, options, drop_in
-        self.step_pointers = [0 if t is None else t.data_ptr() for t in step]
         self._plans: dict = {}
+        try:
+            self.step_pointers = [0 if t is None else t.data_ptr() for t in step]
+        except (AttributeError, TypeError, RuntimeError):  # run() goes through the drop-in, which names it
+            self.step_pointers = None
 
     def run(self, q, kv_cache, topk_idx, output, k_scale=None, v_scale=None):
         """Attention of one layer of the step into `output`; returns it."""
@@ -471,9 +474,9 @@ class StepPlan:
             key = (*[None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
                      for t, p in zip(layer, pointers)], device, stream)
             plan = None if capturing else self._plans.get(key)
-        except (AttributeError, TypeError):
+        except (AttributeError, TypeError, RuntimeError):
             key, capturing, plan = None, True, None
-        if plan is not None:
+        if plan is not None and self.step_pointers is not None:
             plan.run(layer + self.step, pointers + self.step_pointers, stream)
             return output
         self.drop_in(layer)  # validates, builds or finds the call plan, runs
