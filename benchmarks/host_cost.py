@@ -6,6 +6,7 @@ Per row (a kernel, head layout, scale mode and batch), in microseconds per call:
              tensors (q, output, top-k and cache rotate over 8 sets) with the step's metadata
   new step   the same, with other metadata tensors of the same shapes every call
   config=    the API with the same configs given explicitly (selection "tiled" / the table's pick)
+  plan.run   a step plan (codegen.plan_prefill / plan_decode, made once) run with each layer's tensors
   floor      the same compiled kernels launched directly with prebuilt arguments through
              Triton's launcher (CompiledKernel.run, tensors as arguments): what a Triton launch
              from Python costs on this host at least
@@ -153,6 +154,23 @@ def _floor_calls(codegen, fn, args):
     return triton_floor, (c_floor if c_launches else None)
 
 
+def _step_plan_call(codegen, kernel: str, sets):
+    """A call through a step plan (codegen.plan_prefill / plan_decode: metadata once, then
+    run(layer tensors)), or None for a tree without them."""
+    planner = getattr(codegen.api, f"plan_{kernel}", None)
+    if planner is None:
+        return None
+    a = sets[0]
+    if kernel == "prefill":
+        step = planner(a["block_table"], a["cu_seqlens_q"], a["seq_lens"], a["prefix_lens"], a["max_query_len"],
+                       a["num_kv_heads"], a["sm_scale"])
+    else:
+        step = planner(a["block_table"], a["seq_lens"], a["num_kv_heads"], a["sm_scale"], a["decode_query_len"])
+    layers = [tuple(s.get(name) for name in ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale"))
+              for s in sets]
+    return lambda i: step.run(*layers[i % LAYERS])
+
+
 def torch_tensor():
     import torch
 
@@ -227,6 +245,8 @@ def measure(quick: bool, calls: int, with_components: bool = False) -> dict:
         row["api"] = _host_us(lambda i: fn(**sets[i % LAYERS]), calls)
         row["new_step"] = _host_us(lambda i: fn(**steps[i % LAYERS]), calls)
         row["config"] = _host_us(lambda i: fn(**sets[i % LAYERS], **given), calls)
+        step_run = _step_plan_call(codegen, kernel, sets)
+        row["plan_run"] = _host_us(step_run, calls) if step_run is not None else None
         triton_floor, c_floor = _floor_calls(codegen, fn, sets[0])
         row["floor"] = _host_us(triton_floor, calls) if triton_floor is not None else None
         row["floor_c"] = _host_us(c_floor, calls) if c_floor is not None else None
@@ -254,7 +274,8 @@ def _name(row) -> str:
 
 def _line(row) -> str:
     return (f"{_name(row):44s} api {_fmt(row['api']):>6s}  new step {_fmt(row['new_step']):>6s}  "
-            f"config= {_fmt(row['config']):>6s}  floor {_fmt(row['floor']):>6s}  floor C {_fmt(row.get('floor_c')):>6s}  "
+            f"config= {_fmt(row['config']):>6s}  plan.run {_fmt(row.get('plan_run')):>6s}  "
+            f"floor {_fmt(row['floor']):>6s}  floor C {_fmt(row.get('floor_c')):>6s}  "
             f"gpu {_fmt(row['gpu']):>6s}")
 
 
@@ -262,12 +283,13 @@ def compare(before_path: str, after_path: str) -> str:
     """A markdown table of two runs' rows side by side (µs per call)."""
     before = {_name(r): r for r in json.loads(pathlib.Path(before_path).read_text())["rows"]}
     after = json.loads(pathlib.Path(after_path).read_text())["rows"]
-    lines = ["| call | before: api | before: config= | api | new step | config= | floor (Triton) | floor (C) | gpu |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| call | before: api | before: config= | api | new step | config= | plan.run | floor (Triton) | floor (C) | gpu |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in after:
         old = before.get(_name(row), {})
         lines.append(f"| {_name(row)} | {_fmt(old.get('api'))} | {_fmt(old.get('config'))} | {_fmt(row['api'])} | "
-                     f"{_fmt(row['new_step'])} | {_fmt(row['config'])} | {_fmt(row['floor'])} | {_fmt(row.get('floor_c'))} | "
+                     f"{_fmt(row['new_step'])} | {_fmt(row['config'])} | {_fmt(row.get('plan_run'))} | {_fmt(row['floor'])} | "
+                     f"{_fmt(row.get('floor_c'))} | "
                      f"{_fmt(row['gpu'])} |")
     return "\n".join(lines)
 

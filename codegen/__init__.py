@@ -1,8 +1,9 @@
 """msa-tune: generated Triton kernels for MiniMax-M3 block-sparse attention (MSA), their tuned
 launch configs, and a float64 reference.
 
-Public API: sparse_attn_prefill, sparse_attn_decode, reference_prefill, reference_decode,
-get_config, LaunchConfig.
+Public API: sparse_attn_prefill, sparse_attn_decode (vLLM's drop-ins), plan_prefill, plan_decode
+(one step's calls planned once, run per layer), reference_prefill, reference_decode, get_config,
+LaunchConfig.
 
 The names are imported on first use (PEP 562), so that importing a part of the package - the
 static gate, the renderer - does not import the runtime API with it.
@@ -13,6 +14,8 @@ _EXPORTS = {
     "ConfigChoice": "loader",
     "LaunchConfig": "configs",
     "get_config": "loader",
+    "plan_decode": "api",
+    "plan_prefill": "api",
     "reference_decode": "reference",
     "reference_prefill": "reference",
     "sparse_attn_decode": "api",

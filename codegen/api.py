@@ -193,3 +193,31 @@ def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, con
 def _launch_device(q: torch.Tensor) -> int:
     """The device Triton launches on: the current one (as JITFunction.run), -1 on the CPU."""
     return torch.cuda.current_device() if q.is_cuda else -1
+
+
+def plan_prefill(block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len, num_kv_heads, sm_scale, *,
+                 arch=None, config=None, fold_scales=True, selection=None) -> call_plans.StepPlan:
+    """One step's prefill, planned once: `.run(q, kv_cache, topk_idx, output, k_scale=None,
+    v_scale=None)` per layer is sparse_attn_prefill with this step's metadata and options, at a
+    lower host cost (codegen.plan.StepPlan)."""
+    def drop_in(layer):
+        q, kv_cache, topk_idx, output, k_scale, v_scale = layer
+        sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
+                            num_kv_heads, sm_scale, output, k_scale, v_scale, arch=arch, config=config,
+                            fold_scales=fold_scales, selection=selection)
+    return call_plans.StepPlan("prefill", (block_table, cu_seqlens_q, seq_lens, prefix_lens),
+                               (max_query_len, num_kv_heads, sm_scale), (arch, config, fold_scales, selection), drop_in)
+
+
+def plan_decode(block_table, seq_lens, num_kv_heads, sm_scale, decode_query_len, query_start_loc=None,
+                token_to_req_indices=None, *, arch=None, config=None, fold_scales=True) -> call_plans.StepPlan:
+    """One step's decode, planned once: `.run(q, kv_cache, topk_idx, output, k_scale=None,
+    v_scale=None)` per layer is sparse_attn_decode with this step's metadata and options, at a
+    lower host cost (codegen.plan.StepPlan)."""
+    def drop_in(layer):
+        q, kv_cache, topk_idx, output, k_scale, v_scale = layer
+        sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
+                           decode_query_len, k_scale, v_scale, query_start_loc, token_to_req_indices, arch=arch,
+                           config=config, fold_scales=fold_scales)
+    return call_plans.StepPlan("decode", (block_table, seq_lens, query_start_loc, token_to_req_indices),
+                               (num_kv_heads, sm_scale, decode_query_len), (arch, config, fold_scales), drop_in)

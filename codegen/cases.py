@@ -32,6 +32,14 @@ class Case:
         """Fills the output with NaN so an unwritten element can never pass."""
         self.output.fill_(float("nan"))
 
+    def refill_from(self, other: "Case") -> None:
+        """Copies `other`'s inputs into this case's tensors (same shapes) and poisons the output: a
+        CUDA graph captured on this case then replays on other's data."""
+        for name, value in other.args.items():
+            if isinstance(value, torch.Tensor) and name != "output":
+                self.args[name].copy_(value)
+        self.poison()
+
     def poison_past_the_end(self) -> None:
         """Fills the slots past each request's length in its last page, which no query may see, with
         NaN (for fp8 its NaN encoding: 0x7f e4m3fn, 0x80 e4m3fnuz; the GPU decodes it as NaN, the

@@ -93,7 +93,7 @@ def call_key(family: str, tensors: tuple, scalars: tuple, options: tuple):
             step_sigs = tuple([None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
                                for t, p in zip(step, pointers[LAYER_TENSORS:])])
             _step_memo[family] = (step, versions, pointers[LAYER_TENSORS:], step_sigs)
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, RuntimeError):  # not tensors, or tensors without storage: validation speaks
         return None, False, 0, None
     device, stream, capturing = device_state(tensors[0])
     # Types with the values: True == 1 and hashes like it, but only one of them passes validation.
@@ -441,3 +441,48 @@ def _hooks_active() -> bool:
     hook chains; older ones as a callable or None): then launches go the JIT's way, with metadata."""
     enter, leave = _knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook
     return bool(getattr(enter, "calls", enter)) or bool(getattr(leave, "calls", leave))
+
+
+class StepPlan:
+    """One step's calls, planned once and run per layer: FlashInfer's plan/run split for engines
+    that know their step boundaries. Made by codegen.api.plan_prefill / plan_decode from the
+    step's metadata; `run(q, kv_cache, topk_idx, output, k_scale=None, v_scale=None)` per layer.
+
+    run() computes only the layer tensors' signatures (shape, strides, dtype, device, alignment)
+    and looks the call plan up among those this step plan has used: the metadata, scalars and
+    options were fixed when it was made, and the tuned table was read when a layer layout first
+    ran. A step plan is meant for one step (make one per step, as with FlashInfer; the metadata
+    tensors must not be resized while it is used). A layout it has not run yet goes through the
+    drop-in function, which validates the whole call first."""
+
+    __slots__ = ("family", "step", "scalars", "options", "drop_in", "step_pointers", "_plans")
+
+    def __init__(self, family: str, step: tuple, scalars: tuple, options: tuple, drop_in):
+        self.family, self.step, self.scalars, self.options, self.drop_in = family, step, scalars, options, drop_in
+        self._plans: dict = {}
+        try:
+            self.step_pointers = [0 if t is None else t.data_ptr() for t in step]
+        except (AttributeError, TypeError, RuntimeError):  # run() goes through the drop-in, which names it
+            self.step_pointers = None
+
+    def run(self, q, kv_cache, topk_idx, output, k_scale=None, v_scale=None):
+        """Attention of one layer of the step into `output`; returns it."""
+        layer = (q, kv_cache, topk_idx, output, k_scale, v_scale)
+        try:
+            pointers = [0 if t is None else t.data_ptr() for t in layer]
+            device, stream, capturing = device_state(q)
+            key = (*[None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
+                     for t, p in zip(layer, pointers)], device, stream)
+            plan = None if capturing else self._plans.get(key)
+        except (AttributeError, TypeError, RuntimeError):
+            key, capturing, plan = None, True, None
+        if plan is not None and self.step_pointers is not None:
+            plan.run(layer + self.step, pointers + self.step_pointers, stream)
+            return output
+        self.drop_in(layer)  # validates, builds or finds the call plan, runs
+        if not capturing:
+            full_key, cacheable, _, _ = call_key(self.family, layer + self.step, self.scalars, self.options)
+            found = PLANS.get(full_key) if cacheable else None
+            if found is not None:
+                self._plans[key] = found
+        return output

@@ -11,6 +11,12 @@ Environment:
                       0: leave vLLM alone.
   MSA_TUNE_VLLM_ARCH  sm90 or gfx942, for CPU tensors under TRITON_INTERPRET=1 (tests); on a GPU
                       the arch is read off the device.
+  MSA_TUNE_WARMUP     1 (default): at the first call of a head layout and cache type (in vLLM's
+                      start-up profile run) compile every kernel the tuned table can pick for it
+                      (codegen.warmup), so that no request waits for a compile; 0: compile on
+                      first use instead.
+  MSA_TUNE_WARMUP_WORKERS  compile processes for that warm-up (default 1: in the worker itself,
+                      no other CUDA context while vLLM measures its memory).
 Everything it decides is said once in vLLM's log (logger `vllm.plugins.msa_tune`).
 """
 from __future__ import annotations
@@ -29,6 +35,8 @@ from .vllm_hook import PackagePatcher
 
 ENV_SWITCH = "MSA_TUNE_VLLM"
 ENV_ARCH = "MSA_TUNE_VLLM_ARCH"
+ENV_WARMUP = "MSA_TUNE_WARMUP"
+ENV_WARMUP_WORKERS = "MSA_TUNE_WARMUP_WORKERS"
 TESTED_VLLM = ((0, 33, 0), (0, 34, 0))  # [from, to): the releases whose signatures this mirrors
 PACKAGE = "vllm.models.minimax_m3"
 KERNEL_OF = {"minimax_m3_sparse_attn": "prefill", "minimax_m3_sparse_attn_decode": "decode"}
@@ -158,7 +166,34 @@ def _serve(q, kv_cache, num_kv_heads, k_scale, v_scale):
             f"or [num_kv_heads, >= num_blocks*128])")
 
 
-def _say_table(kernel, arch, q, kv_cache, num_kv_heads, scale_mode, topk) -> None:
+def _warm_up(arch, q, kv_cache, num_kv_heads, scale_mode, kv_dtype: str, topk: int, block_table,
+             query_len: int) -> None:
+    """Once per head layout, scale mode, cache and query dtype: codegen.warmup for it (both kernels,
+    single-token decode and this call's query length), unless MSA_TUNE_WARMUP=0. Runs inside the
+    first call, which vLLM makes in its start-up profile run, before any request."""
+    key = ("warmup", q.device, q.shape[1], num_kv_heads, scale_mode, kv_cache.dtype, q.dtype, query_len)
+    with _lock:
+        if key in _said:
+            return
+        _said.add(key)
+    if os.environ.get(ENV_WARMUP, "1") == "0" or q.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return
+    if q.shape[-1] != 128 or topk != 16:  # the warm-up builds MiniMax-M3's shapes
+        _logger().info("msa-tune: no warm-up for head_dim %d, top-k %d (it covers 128 and 16)", q.shape[-1], topk)
+        return
+    from .shapes import DTYPES
+    from .warmup import warmup
+
+    q_dtype = next(name for name, dtype in DTYPES.items() if dtype == q.dtype)
+    report = warmup(layouts=((q.shape[1], num_kv_heads),), modes=((scale_mode, kv_dtype),),
+                    query_lens=tuple(sorted({1, query_len})), max_model_len=block_table.shape[1] * 128,
+                    workers=int(os.environ.get(ENV_WARMUP_WORKERS, "1")), device=q.device, q_dtype=q_dtype,
+                    progress=False)
+    _logger().info("msa-tune: %s (%d/%d heads, %s %s cache)%s", report, q.shape[1], num_kv_heads, scale_mode,
+                   kv_dtype, "".join(f"; failed: {what}: {err}" for what, err in report.failed[:3]))
+
+
+def _say_table(kernel, arch, q, kv_cache, num_kv_heads, scale_mode, topk, block_table=None, query_len=1) -> None:
     """Once per tuned table: which file and table serve this GPU, tuned or the arch default."""
     key = ("table", kernel, q.device, scale_mode, kv_cache.dtype, q.shape[1], num_kv_heads)
     if key in _said:  # every call after the first stops here
@@ -177,6 +212,12 @@ def _say_table(kernel, arch, q, kv_cache, num_kv_heads, scale_mode, topk) -> Non
                   choice.reason)
     except Exception as exc:  # a log line must never stop serving
         _say_once(logging.WARNING, key, "could not look up the tuned table for %s: %s", kernel, exc)
+        return
+    if block_table is not None:
+        try:
+            _warm_up(arch, q, kv_cache, num_kv_heads, scale_mode, kv, topk, block_table, query_len)
+        except Exception as exc:  # the call compiles what it needs itself
+            _say_once(logging.WARNING, ("warmup-failed", _shape_free(str(exc))), "msa-tune: warm-up failed: %s", exc)
 
 
 def _shape_free(text: str) -> str:
@@ -193,13 +234,14 @@ def _api_refused(kernel: str, exc: Exception) -> None:
               "%s refused a call, vLLM's kernel runs it: %s", kernel, exc)
 
 
-def _route(kernel: str, run_ours, run_vllm, q, kv_cache, topk_idx, num_kv_heads, k_scale, v_scale):
+def _route(kernel: str, run_ours, run_vllm, q, kv_cache, topk_idx, num_kv_heads, k_scale, v_scale, block_table=None,
+           query_len=1):
     """One call: msa-tune's kernel (`run_ours(k_scale, v_scale, arch)`) where it serves the call,
     else vLLM's (`run_vllm()`). Returns None like vLLM's: the result is in `output`."""
     served = _serve(q, kv_cache, num_kv_heads, k_scale, v_scale)
     if isinstance(served, tuple):
         arch, mode, ks, vs = served
-        _say_table(kernel, arch, q, kv_cache, num_kv_heads, mode, topk_idx.shape[-1])
+        _say_table(kernel, arch, q, kv_cache, num_kv_heads, mode, topk_idx.shape[-1], block_table, query_len)
         try:
             with torch.no_grad():
                 run_ours(ks, vs, arch)
@@ -220,7 +262,7 @@ def _prefill_wrapper(original):
                   num_kv_heads, sm_scale, output)
         return _route("prefill", lambda ks, vs, arch: sparse_attn_prefill(*common, ks, vs, arch=arch),
                       lambda: original(*common, k_scale=k_scale, v_scale=v_scale),
-                      q, kv_cache, topk_idx, num_kv_heads, k_scale, v_scale)
+                      q, kv_cache, topk_idx, num_kv_heads, k_scale, v_scale, block_table)
 
     return minimax_m3_sparse_attn
 
@@ -233,7 +275,7 @@ def _decode_wrapper(original):
         common = (q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output, decode_query_len)
         return _route("decode", lambda ks, vs, arch: sparse_attn_decode(*common, ks, vs, arch=arch),
                       lambda: original(*common, k_scale=k_scale, v_scale=v_scale),
-                      q, kv_cache, topk_idx, num_kv_heads, k_scale, v_scale)
+                      q, kv_cache, topk_idx, num_kv_heads, k_scale, v_scale, block_table, decode_query_len)
 
     return minimax_m3_sparse_attn_decode
 

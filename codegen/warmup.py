@@ -42,7 +42,7 @@ class Job:
     kernel: str  # "prefill", "decode" or "decision" (prefill's auto decision kernel)
     scale_mode: str
     kv_dtype: str
-    layout: str
+    layout: str | tuple  # a name of shapes.HEAD_LAYOUTS or (q heads, KV heads)
     config: tuple  # LaunchConfig fields as sorted items (hashable); () for the decision kernel
     selection: str = "tiled"  # prefill: "tiled" or "per_token"
     num_reqs: int = 1  # decode: a request count of the class the job stands for
@@ -67,6 +67,19 @@ class WarmupReport:
         return f"warm-up: {ok}/{self.jobs} compile jobs in {self.seconds:.1f} s on {self.workers} worker(s)"
 
 
+def head_layout(layout) -> tuple[int, int]:
+    """(q heads, KV heads) of a layout given by name (tp1, tp4, ...) or as the pair itself."""
+    if isinstance(layout, str):
+        if layout not in HEAD_LAYOUTS:
+            raise ValueError(f"layouts: expected names from {sorted(HEAD_LAYOUTS)} or (q heads, KV heads) pairs, "
+                             f"got {layout!r}")
+        return HEAD_LAYOUTS[layout]
+    num_q_heads, num_kv_heads = layout
+    if num_kv_heads < 1 or num_q_heads % num_kv_heads:
+        raise ValueError(f"layouts: KV heads must divide q heads, got {layout!r}")
+    return int(num_q_heads), int(num_kv_heads)
+
+
 def _specialization_class(n: int) -> int:
     """A representative of n's integer specialization class in Triton: 1, a multiple of 16, other."""
     return 1 if n == 1 else 16 if n % 16 == 0 else 3
@@ -79,9 +92,7 @@ def plan_jobs(arch: str, device_name: str, *, layouts=DEFAULT_LAYOUTS, modes=DEF
 
     jobs: dict[Job, None] = {}
     for layout in layouts:
-        if layout not in HEAD_LAYOUTS:
-            raise ValueError(f"layouts: expected names from {sorted(HEAD_LAYOUTS)}, got {layout!r}")
-        num_q_heads, num_kv_heads = HEAD_LAYOUTS[layout]
+        num_q_heads, num_kv_heads = head_layout(layout)
         for scale_mode, kv_dtype in modes:
             common = dict(scale_mode=scale_mode, kv_dtype=kv_dtype, layout=layout)
             lookup = lambda kernel, n, **kw: get_config(kernel, arch, device_name, scale_mode, kv_dtype,  # noqa: E731
@@ -118,7 +129,7 @@ def run_job(job: Job, *, arch: str, device: str, max_model_len: int, q_dtype_nam
     from .shapes import DTYPES, torch_dtype
     from .static.jit import compiled_not_launched
 
-    num_q_heads, num_kv_heads = HEAD_LAYOUTS[job.layout]
+    num_q_heads, num_kv_heads = head_layout(job.layout)
     q_dtype, kv_dtype = DTYPES[q_dtype_name], torch_dtype(arch, job.kv_dtype)
     pages, max_blocks = 4, -(-max_model_len // PAGE_SIZE)
     num_reqs = job.num_reqs if job.kernel == "decode" else 1

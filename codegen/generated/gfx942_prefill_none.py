@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: d5a341a85462fbd4e50d06ba6f077443a4ec1fa564144890a0b73db2359f4693
+# inputs-sha256: 7d13c782b8c45c6a591477865112dfed63a2282fa0ba398b06cab0bcbb12baa8
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -292,4 +292,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'd5a341a85462fbd4e50d06ba6f077443a4ec1fa564144890a0b73db2359f4693'
+INPUTS_SHA256 = '7d13c782b8c45c6a591477865112dfed63a2282fa0ba398b06cab0bcbb12baa8'

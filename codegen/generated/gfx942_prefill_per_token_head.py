@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 9943f08bf96fa6240ef9e78ca446f85b596e1b9020d1e4020dddecf2a1fd1c10
+# inputs-sha256: 96955e347481e1bee3cd4f8f5995b608207b5d71c79bf751cf2f0071650bbce2
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -347,4 +347,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '9943f08bf96fa6240ef9e78ca446f85b596e1b9020d1e4020dddecf2a1fd1c10'
+INPUTS_SHA256 = '96955e347481e1bee3cd4f8f5995b608207b5d71c79bf751cf2f0071650bbce2'

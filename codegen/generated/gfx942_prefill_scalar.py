@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 16ed00488a2b366bf6a926a80ed77aa9d48d327f0632afe7f957a97e444ea2bd
+# inputs-sha256: 9b2ebc946af6d1b849fad6c49c1145f549e57ceba460db59bc1ea55c8edaeb2b
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -301,4 +301,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '16ed00488a2b366bf6a926a80ed77aa9d48d327f0632afe7f957a97e444ea2bd'
+INPUTS_SHA256 = '9b2ebc946af6d1b849fad6c49c1145f549e57ceba460db59bc1ea55c8edaeb2b'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 8e639fe6a23636c2fdf3edcadff1f96bf2634e7f79691427673f651e344e6a80
+# inputs-sha256: 5e13f3639ba7518be19373eb4019ea9f9591668ccea1df808c8c696a67655303
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -301,4 +301,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '8e639fe6a23636c2fdf3edcadff1f96bf2634e7f79691427673f651e344e6a80'
+INPUTS_SHA256 = '5e13f3639ba7518be19373eb4019ea9f9591668ccea1df808c8c696a67655303'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar_unfolded (arch=sm90, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 752b2b6ba4a4eaaf5d24412f2048b5bc2539e778f9ec821d3d01303f9e36dd37
+# inputs-sha256: 56683fd348ddb8f40ec9ac1e6aa86acc104a561fbeceb5b37c5b822761eec1d5
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -136,11 +136,11 @@ def _msa_decode_split_kernel(
             v = tl.load(
                 kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
                 + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+        if V_CVT_ASM:
+            v = _e4m3_to_fp16(v)  # converted where it was loaded, so the transpose moves fp16
         v = (v.to(tl.float32) * v_scale).to(q.dtype)
         if KV_UPCAST == 1:
             v = v.to(tl.float32)
-        if V_CVT_ASM:
-            v = _e4m3_to_fp16(v)  # converted where it was loaded, so the transpose moves fp16
         v = v.to(q.dtype)
         if KV_TMA:
             # A TMA box also reads slots no row sees, which may hold anything, NaN included:
@@ -321,4 +321,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '752b2b6ba4a4eaaf5d24412f2048b5bc2539e778f9ec821d3d01303f9e36dd37'
+INPUTS_SHA256 = '56683fd348ddb8f40ec9ac1e6aa86acc104a561fbeceb5b37c5b822761eec1d5'

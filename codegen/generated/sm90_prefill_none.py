@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: f7e5b26ca7ecd6dda806a68e3243c5fea9f0d285cb279e2c0ec3de9d566bb881
+# inputs-sha256: 9ab902dfe55e8b3fa6a44a4cefd2abb98de2520bfbb736fe7f628ab389f1c73b
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -372,4 +372,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'f7e5b26ca7ecd6dda806a68e3243c5fea9f0d285cb279e2c0ec3de9d566bb881'
+INPUTS_SHA256 = '9ab902dfe55e8b3fa6a44a4cefd2abb98de2520bfbb736fe7f628ab389f1c73b'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: d3a44af3c60bf606a2fed2f67651b477d6f99310a7c5cb249349719e28e82515
+# inputs-sha256: 34e2305e7bf37f86eeb76fc0e0bd1400ee1acfbe7703ac8cf26a5150d4e3df49
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -427,4 +427,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'd3a44af3c60bf606a2fed2f67651b477d6f99310a7c5cb249349719e28e82515'
+INPUTS_SHA256 = '34e2305e7bf37f86eeb76fc0e0bd1400ee1acfbe7703ac8cf26a5150d4e3df49'

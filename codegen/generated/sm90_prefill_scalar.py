@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: a200d242e0a410f1faafd4699ae9328b5753101e700b9b7453f50c28959e3f36
+# inputs-sha256: 5244fc659e62653144dfa0ea4c940929da23172982844fd9fabcbc4b8fceca1d
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -381,4 +381,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'a200d242e0a410f1faafd4699ae9328b5753101e700b9b7453f50c28959e3f36'
+INPUTS_SHA256 = '5244fc659e62653144dfa0ea4c940929da23172982844fd9fabcbc4b8fceca1d'

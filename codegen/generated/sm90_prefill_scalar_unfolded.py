@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 487bd533c87ff269b96b8e10b06cf4663a508b804bc8b787b307c350f99b2bf4
+# inputs-sha256: 522d0a1ea8a92340f82e6e8d823e31c1d86864f66a571aa7730ce919ef3e7add
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -124,13 +124,13 @@ def _msa_prefill_kernel(
                 v = tl.load(
                     kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
                     + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
-            v = (v.to(tl.float32) * v_scale).to(q.dtype)
-            if KV_UPCAST == 1:
-                v = v.to(tl.float32)
             if V_CVT_ASM:
                 # Converted where it was loaded, so the transpose moves fp16; the slots no row sees are
                 # zeroed by the same asm (one AND a 4 keys' word), for a TMA box's sake (below).
                 v = _e4m3_to_fp16_keep(v, visible)
+            v = (v.to(tl.float32) * v_scale).to(q.dtype)
+            if KV_UPCAST == 1:
+                v = v.to(tl.float32)
             v = v.to(q.dtype)
             if KV_TMA and not V_CVT_ASM:
                 # A TMA box also reads slots no row sees, which may hold anything, NaN included:
@@ -239,13 +239,13 @@ def _msa_prefill_kernel(
                     v = tl.load(
                         kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
                         + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
-                v = (v.to(tl.float32) * v_scale).to(q.dtype)
-                if KV_UPCAST == 1:
-                    v = v.to(tl.float32)
                 if V_CVT_ASM:
                     # Converted where it was loaded, so the transpose moves fp16; the slots no row sees are
                     # zeroed by the same asm (one AND a 4 keys' word), for a TMA box's sake (below).
                     v = _e4m3_to_fp16_keep(v, cols)
+                v = (v.to(tl.float32) * v_scale).to(q.dtype)
+                if KV_UPCAST == 1:
+                    v = v.to(tl.float32)
                 v = v.to(q.dtype)
                 if KV_TMA and not V_CVT_ASM:
                     # A TMA box also reads slots no row sees, which may hold anything, NaN included:
@@ -381,4 +381,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '487bd533c87ff269b96b8e10b06cf4663a508b804bc8b787b307c350f99b2bf4'
+INPUTS_SHA256 = '522d0a1ea8a92340f82e6e8d823e31c1d86864f66a571aa7730ce919ef3e7add'

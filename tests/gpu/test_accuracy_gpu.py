@@ -47,10 +47,7 @@ def _check(case, config, **kw):
 def _replay_on(graph, case, fresh):
     """Copies fresh's inputs into the buffers `graph` captured from `case`, poisons the output,
     replays, and compares with the reference."""
-    for name, value in fresh.args.items():
-        if isinstance(value, torch.Tensor) and name != "output":
-            case.args[name].copy_(value)
-    case.poison()
+    case.refill_from(fresh)
     graph.replay()
     torch.cuda.synchronize()
     return compare(case.output, _reference(case), torch.bfloat16)

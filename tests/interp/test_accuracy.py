@@ -201,6 +201,27 @@ def test_v_converted_before_its_transpose(mode, kv_dtype, kernel, variant):
     _check(case, "sm90", _config("sm90", block_n=32, kv_upcast=3, **variant))
 
 
+@pytest.mark.parametrize("kv_upcast", [2, 3])
+@pytest.mark.parametrize("kernel,variant", [("decode", dict(num_splits=1)), ("decode", dict(num_splits=2, fused_merge=1)),
+                                            ("prefill", dict(block_t=1)), ("prefill", dict(block_t=2))],
+                         ids=["decode", "decode_fused", "prefill_per_token", "prefill_tiles"])
+def test_unfolded_baseline_fp16_mmas(kernel, variant, kv_upcast):
+    """The unfolded baseline with the fp16 MMAs the tuned tables pick (sm90): with kv_upcast 3 V is
+    converted before the baseline's V scale (the interpreter runs `.to()` for the asm; tests/static
+    compiles it)."""
+    if kernel == "prefill":
+        case = cases.prefill_case(arch="sm90", kv_dtype="fp8", scale_mode="scalar", seed=47,
+                                  **PREFILL_SHAPES["correlated"], **SMALL)
+    else:
+        case = cases.decode_case(arch="sm90", kv_dtype="fp8", scale_mode="scalar", seed=43,
+                                 **DECODE_SHAPES["uniform_spec_q4"], **SMALL)
+    config = _config("sm90", block_n=32, kv_upcast=kv_upcast, **variant)
+    case.poison()
+    out = cases.run_kernel(case, arch="sm90", config=config, fold_scales=False)
+    result = compare(out, cases.run_reference(case), gate_dtype(case.args["q"].dtype, config))
+    assert result.ok, str(result)
+
+
 @pytest.mark.parametrize("kernel", ["prefill", "decode"])
 def test_kv_upcast_3_only_where_it_exists(kernel):
     """V's PTX conversion exists on sm90: on gfx942 kv_upcast 3 is refused by name."""

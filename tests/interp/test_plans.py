@@ -193,3 +193,31 @@ def test_roles_split_into_layer_and_step_tensors():
     for roles in (api_module.PREFILL_ROLES, api_module.DECODE_ROLES):
         assert len(roles) == plan.LAYER_TENSORS + 4
         assert roles[:plan.LAYER_TENSORS] == ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale")
+
+
+@pytest.mark.parametrize("family", ["prefill", "decode"])
+def test_step_plans_run_each_layer_like_the_drop_in(builds, family):
+    """plan_*(metadata).run(layer tensors): the same results as the drop-in, one call plan for
+    the step's layers, a new layout validated (and refused by name) before it runs."""
+    from codegen import plan_decode, plan_prefill
+
+    make = _prefill if family == "prefill" else _decode
+    first = make(seed=20)
+    a = first.args
+    if family == "prefill":
+        step = plan_prefill(a["block_table"], a["cu_seqlens_q"], a["seq_lens"], a["prefix_lens"], a["max_query_len"],
+                            a["num_kv_heads"], a["sm_scale"], arch="sm90")
+    else:
+        step = plan_decode(a["block_table"], a["seq_lens"], a["num_kv_heads"], a["sm_scale"], a["decode_query_len"],
+                           arch="sm90")
+    for seed in (20, 21, 22):
+        layer = make(seed=seed)
+        layer.args.update({name: a[name] for name in ("block_table", "seq_lens", "cu_seqlens_q", "prefix_lens",
+                                                      "topk_idx") if name in a})
+        layer.poison()
+        out = step.run(*(layer.args[name] for name in ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale")))
+        assert out is layer.output
+        assert compare(out, cases.run_reference(layer), gate_dtype(torch.float32)).ok
+    assert builds[family] == 1 and len(step._plans) == 1
+    with pytest.raises(TypeError, match="q"):
+        step.run(a["q"].double(), a["kv_cache"], a["topk_idx"], a["output"], a["k_scale"], a["v_scale"])

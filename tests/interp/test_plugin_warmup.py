@@ -1,0 +1,56 @@
+"""The vLLM plugin's warm-up (codegen.vllm_plugin._warm_up): once per head layout and cache type,
+for exactly that call's layout, mode, query length and block-table width; off with MSA_TUNE_WARMUP=0."""
+import logging
+import pytest
+import torch
+
+from codegen import vllm_plugin, warmup
+
+
+class _FakeCuda:
+    """What _warm_up reads of q: its device type, shape and dtype."""
+
+    def __init__(self, shape, dtype=torch.bfloat16):
+        self.device = _FakeDevice()
+        self.shape, self.dtype = shape, dtype
+
+
+class _FakeDevice:
+    type = "cuda"
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    seen = []
+    monkeypatch.setattr(warmup, "warmup", lambda **kw: seen.append(kw) or warmup.WarmupReport(3, [], 0.1, 1))
+    monkeypatch.setattr(vllm_plugin, "_logger", lambda: logging.getLogger("test"))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(vllm_plugin, "_said", set())
+    return seen
+
+
+def _warm(q, query_len=1, topk=16):
+    kv_cache = torch.empty(1, 1, 1, 1, dtype=torch.float8_e4m3fn)
+    vllm_plugin._warm_up("sm90", q, kv_cache, 1, "scalar", "fp8", topk, torch.empty(3, 1024), query_len)
+
+
+def test_once_per_layout_with_the_call_s_shapes(calls):
+    q = _FakeCuda((4, 16, 128))
+    _warm(q, query_len=2)
+    _warm(q, query_len=2)
+    assert len(calls) == 1
+    kw = calls[0]
+    assert kw["layouts"] == ((16, 1),) and kw["modes"] == (("scalar", "fp8"),)
+    assert kw["query_lens"] == (1, 2) and kw["max_model_len"] == 1024 * 128 and kw["q_dtype"] == "bf16"
+    assert kw["workers"] == 1
+    _warm(_FakeCuda((4, 64, 128)))  # another layout: its own warm-up
+    assert len(calls) == 2
+
+
+def test_switched_off_and_skipped_off_the_model_s_shapes(calls, monkeypatch):
+    monkeypatch.setenv(vllm_plugin.ENV_WARMUP, "0")
+    _warm(_FakeCuda((4, 16, 128)))
+    monkeypatch.delenv(vllm_plugin.ENV_WARMUP)
+    _warm(_FakeCuda((4, 8, 64)))  # head_dim 64: not MiniMax-M3's
+    _warm(_FakeCuda((4, 8, 128)), topk=4)
+    assert calls == []
