@@ -110,6 +110,7 @@ def _floor_calls(codegen, fn, args):
     Triton's launcher (`CompiledKernel.run`, tensors as arguments) and through its C entry point
     (addresses, descriptors encoded once); (None, None) for a tree without call plans."""
     try:
+        from codegen import bound_launch
         from codegen import plan as call_plans
     except ImportError:
         return None, None
@@ -125,9 +126,9 @@ def _floor_calls(codegen, fn, args):
             values[pos] = tensors[role]
         for pos, role, block in launch.descriptor_slots:
             cache = tensors[role]
-            values[pos] = call_plans._descriptor_type()(cache, list(cache.shape), list(cache.stride()), block)
+            values[pos] = bound_launch._descriptor_type()(cache, list(cache.shape), list(cache.stride()), block)
         triton_launches.append((launch.launcher, launch.grid, launch.function, launch.packed_metadata, values))
-        entry = call_plans._direct_entry(launch.launcher)
+        entry = bound_launch._direct_entry(launch.launcher)
         if entry is None:
             c_launches = None
         elif c_launches is not None:
@@ -136,12 +137,12 @@ def _floor_calls(codegen, fn, args):
             for value in values:
                 if isinstance(value, torch_tensor()):
                     flat.append(value.data_ptr())
-                elif isinstance(value, call_plans._descriptor_type()):
-                    flat.extend(call_plans._make_tensordesc_arg(value, metas.pop(0)))
+                elif isinstance(value, bound_launch._descriptor_type()):
+                    flat.extend(bound_launch._make_tensordesc_arg(value, metas.pop(0)))
                 else:
                     flat.append(value)
             c_launches.append((entry, launch.grid, launch.function, launch.packed_metadata, flat))
-    stream_of, device = call_plans._current_stream, plan.launches[0].device
+    stream_of, device = bound_launch._current_stream, plan.launches[0].device
 
     def triton_floor(_):
         for launcher, (g0, g1, g2), function, packed, values in triton_launches:

@@ -13,10 +13,11 @@ from typing import Mapping
 
 import torch
 
+from . import plan as call_plans
 from . import selection as tile_selection
 from . import selection_kernel
-from . import plan as call_plans
 from . import tuned_store, validate, value_checks
+from .bound_launch import bind_recorded
 from .configs import LaunchConfig, check_kv_upcast, validate_config
 from .loader import TableStamp, get_config
 from .modules import load_module
@@ -131,7 +132,7 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
             prefix_lens, tile_selection.SAMPLED_TILES, counters=counters, record=recorded)
         module.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, record=recorded)
         module.launch(q, kv_cache, topk_idx, block_table, per_token_cu, *rest, per_token, record=recorded)
-    launches = call_plans.bind_recorded(recorded, roles, device=_launch_device(q))
+    launches = bind_recorded(recorded, roles, device=_launch_device(q))
     return call_plans.CallPlan(launches, stamp=stamp, config=config, per_token_config=per_token, buffers=buffers)
 
 
@@ -186,7 +187,7 @@ def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, con
         part_o, part_lse = partials
         load_module(arch, "decode_merge", scale_mode, fold_scales).launch(
             part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl, record=recorded)
-    launches = call_plans.bind_recorded(recorded, roles, device=_launch_device(q))
+    launches = bind_recorded(recorded, roles, device=_launch_device(q))
     return call_plans.CallPlan(launches, stamp=stamp, config=config, buffers=buffers)
 
 
