@@ -21,6 +21,7 @@ from .bound_launch import bind_recorded
 from .configs import LaunchConfig, check_kv_upcast, validate_config
 from .loader import TableStamp, get_config
 from .modules import load_module
+from .workspace import call_counters
 
 
 def _check_fold(fold_scales, scale_mode: str) -> None:
@@ -84,13 +85,14 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
         plan.run(tensors, pointers, stream)
         return output
     plan = _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, arch=arch, config=config,
-                         fold_scales=fold_scales, selection=selection)
+                         fold_scales=fold_scales, selection=selection, capturing=not cacheable)
     if cacheable:
         call_plans.PLANS.put(key, plan)
     return output
 
 
-def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, config, fold_scales, selection):
+def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, config, fold_scales, selection,
+                  capturing=False):
     """Validates a prefill call, resolves its configs, records and binds its launches, runs them once."""
     q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens = tensors
     num_reqs = validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len)
@@ -124,8 +126,8 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
         module.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded)
     else:
         # One launch decides on the device and writes both launches' offsets (the other path's are
-        # zeros); its counters are the plan's own, so plans on two streams never share them.
-        counters = torch.zeros(3, dtype=torch.int32, device=q.device)
+        # zeros); its counters are the plan's own (codegen.workspace.call_counters).
+        counters = call_counters(q.device, 3, capturing, key="selection")
         buffers.append(counters)
         tiled_cu, per_token_cu = selection_kernel.decide_and_split(
             topk_idx, config.block_t, tile_selection.tiles_pay_off_below(config.block_t, scale_mode), cu_seqlens_q,
@@ -156,13 +158,14 @@ def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_head
         plan.run(tensors, pointers, stream)
         return output
     plan = _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, arch=arch, config=config,
-                        fold_scales=fold_scales)
+                        fold_scales=fold_scales, capturing=not cacheable)
     if cacheable:
         call_plans.PLANS.put(key, plan)
     return output
 
 
-def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, config, fold_scales):
+def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, config, fold_scales,
+                 capturing=False):
     """Validates a decode call, resolves its config, records and binds its launches, runs them once."""
     q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, seq_lens, query_start_loc, token_to_req = tensors
     num_reqs = validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req)
@@ -178,7 +181,7 @@ def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, con
     recorded, buffers = [], []
     counters = None
     if config.fuses_merge:  # zero between calls: the last split program of a row resets its counter
-        counters = torch.zeros(q.shape[0] * num_kv_heads, dtype=torch.int32, device=q.device)
+        counters = call_counters(q.device, q.shape[0] * num_kv_heads, capturing)
         buffers.append(counters)
     partials = load_module(arch, "decode_split", scale_mode, fold_scales).launch(
         q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output, decode_query_len,
