@@ -221,3 +221,28 @@ def test_step_plans_run_each_layer_like_the_drop_in(builds, family):
     assert builds[family] == 1 and len(step._plans) == 1
     with pytest.raises(TypeError, match="q"):
         step.run(a["q"].double(), a["kv_cache"], a["topk_idx"], a["output"], a["k_scale"], a["v_scale"])
+
+
+def test_inside_a_graph_capture_no_plan_is_kept_or_reused(builds, monkeypatch):
+    """A capture builds the call's launches in the capture and keeps nothing: an eager plan of the
+    same key is not used (its buffers would be baked into the graph), and the capture's own plan is
+    not stored (its memory belongs to the graph). Fused-merge counters come from the device's
+    shared buffer there (codegen.workspace.call_counters)."""
+    from codegen import workspace
+
+    case = _decode(seed=15)
+    config = LaunchConfig(block_n=32, num_splits=2, fused_merge=1)
+    _run_checked(case, config=config)
+    assert builds["decode"] == 1 and len(plan.PLANS) == 1
+    shared = []
+    real = workspace.arrival_counters
+    monkeypatch.setattr(workspace, "arrival_counters", lambda *a, **k: shared.append(a) or real(*a, **k))
+    eager_state = plan.device_state
+    monkeypatch.setattr(plan, "device_state", lambda q: (-1, 0, True))  # as inside torch.cuda.graph
+    for _ in range(2):
+        _run_checked(case, config=config)
+    assert builds["decode"] == 3 and len(plan.PLANS) == 1  # built each time, never stored
+    assert shared, "a captured fused merge takes the device's shared counters"
+    monkeypatch.setattr(plan, "device_state", eager_state)
+    _run_checked(case, config=config)
+    assert builds["decode"] == 3  # out of the capture, the eager plan serves again
