@@ -28,6 +28,9 @@ import torch
 from .loader import TableStamp
 
 MAX_PLANS = 256  # distinct call shapes kept (a server sees a few dozen: batch sizes x layouts)
+# Device memory the kept plans may own (split-K partials, counters): a decode plan of 512 tokens at
+# TP1 with 16 splits owns 134 MB, and a tuner's process meets hundreds of configs.
+MAX_PLAN_BYTES = 1 << 30
 
 
 def _cuda_state():
@@ -94,11 +97,12 @@ _step_memo: dict = {}  # family -> (the last call's step tensors, their versions
 
 
 class PlanCache:
-    """Plans by key, the oldest dropped past MAX_PLANS. Lookups and inserts are single dict
-    operations (atomic under the GIL); two threads building the same plan both succeed."""
+    """Plans by key, the oldest dropped past MAX_PLANS plans or MAX_PLAN_BYTES of buffers they own.
+    Lookups and inserts are single dict operations (atomic under the GIL); two threads building the
+    same plan both succeed."""
 
-    def __init__(self, limit: int = MAX_PLANS):
-        self.limit = limit
+    def __init__(self, limit: int = MAX_PLANS, max_bytes: int = MAX_PLAN_BYTES):
+        self.limit, self.max_bytes = limit, max_bytes
         self._plans: dict = {}
 
     def get(self, key):
@@ -118,9 +122,13 @@ class PlanCache:
             hash(key)
         except TypeError:
             return
-        if len(self._plans) >= self.limit:
+        while self._plans and (len(self._plans) >= self.limit
+                               or self.owned_bytes() + plan.nbytes > self.max_bytes):
             self._plans.pop(next(iter(self._plans)), None)
         self._plans[key] = plan
+
+    def owned_bytes(self) -> int:
+        return sum(plan.nbytes for plan in list(self._plans.values()))
 
     def clear(self) -> None:
         self._plans.clear()
@@ -142,10 +150,13 @@ def views(tensors: tuple) -> tuple:
 class CallPlan:
     """The bound launches of one call shape, the buffers they own, and what keeps them valid."""
 
-    __slots__ = ("launches", "calls", "stamp", "config", "per_token_config", "buffers")
+    __slots__ = ("launches", "calls", "stamp", "config", "per_token_config", "buffers", "nbytes")
 
     def __init__(self, launches, *, stamp: TableStamp | None, config, per_token_config=None, buffers=()):
         self.launches = launches
+        owned = {t.data_ptr(): t.untyped_storage().nbytes() for launch in launches for t in launch.args
+                 if isinstance(t, torch.Tensor)}
+        self.nbytes = sum(owned.values())  # the buffers its launches allocated (call tensors are not kept)
         self.calls = tuple(launch.fast or launch for launch in launches)
         self.stamp = stamp  # the tuned-table file the config came from (None: the config was given)
         self.config = config

@@ -246,3 +246,15 @@ def test_inside_a_graph_capture_no_plan_is_kept_or_reused(builds, monkeypatch):
     monkeypatch.setattr(plan, "device_state", eager_state)
     _run_checked(case, config=config)
     assert builds["decode"] == 3  # out of the capture, the eager plan serves again
+
+
+def test_kept_plans_own_a_bounded_amount_of_memory(monkeypatch):
+    """Plans are dropped oldest first past the byte bound of the buffers they own (a tuner meets
+    hundreds of configs, each decode plan with its split-K partials)."""
+    monkeypatch.setattr(plan.PLANS, "max_bytes", 1)  # every plan owns partials: one kept at a time
+    case = _decode(seed=16)
+    for splits in (2, 3):
+        _run_checked(case, config=LaunchConfig(block_n=32, num_splits=splits))
+    assert len(plan.PLANS) == 1 and plan.PLANS.owned_bytes() > 0
+    (kept,) = plan.PLANS._plans.values()
+    assert kept.config.num_splits == 3
