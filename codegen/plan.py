@@ -17,9 +17,13 @@ device and 16-byte alignment (Triton specializes pointers on it, TMA needs it), 
 argument with its type, the arch, config and options given, the current device and stream.
 Per-stream plans give each stream its own buffers (split-K partials, arrival counters), so calls
 in flight on two streams never share them. The tuned-table file a plan's config came from is
-stat'ed on every call (`CallPlan.fresh`): a re-tune written under a running server is picked up.
-Inside a CUDA graph capture no plan is kept or reused: the capture allocates (and zeroes) its
-own buffers, as it always did.
+stat'ed on every call (`PlanCache.get`): a re-tune written under a running server is picked up.
+Inside a CUDA graph capture no plan is kept or reused: the capture builds its launches itself, its
+partials from the graph's memory and its arrival counters the device's shared buffer, made by the
+eager calls before it (codegen.workspace.call_counters).
+
+`StepPlan` (codegen.api.plan_prefill / plan_decode) is the explicit form for engines that know
+their steps: a step's metadata once, then only the layer's tensors per call.
 """
 from __future__ import annotations
 
