@@ -258,3 +258,19 @@ def test_kept_plans_own_a_bounded_amount_of_memory(monkeypatch):
     assert len(plan.PLANS) == 1 and plan.PLANS.owned_bytes() > 0
     (kept,) = plan.PLANS._plans.values()
     assert kept.config.num_splits == 3
+
+
+def test_a_profiler_s_launch_hooks_are_seen():
+    """Bound launches go the JIT's way (with launch metadata) while a launch hook is registered."""
+    from triton import knobs
+
+    from codegen import bound_launch
+
+    assert not bound_launch._hooks_active()
+    hook = lambda metadata: None  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        assert bound_launch._hooks_active()
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert not bound_launch._hooks_active()
