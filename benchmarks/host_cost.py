@@ -109,6 +109,8 @@ def _floor_calls(codegen, fn, args):
     """Calls that launch the plan's compiled kernels directly with prebuilt arguments: through
     Triton's launcher (`CompiledKernel.run`, tensors as arguments) and through its C entry point
     (addresses, descriptors encoded once); (None, None) for a tree without call plans."""
+    import torch
+
     try:
         from codegen import bound_launch
         from codegen import plan as call_plans
@@ -135,7 +137,7 @@ def _floor_calls(codegen, fn, args):
             flat = []
             metas = list(getattr(launch.compiled.metadata, "tensordesc_meta", None) or [None] * len(values))
             for value in values:
-                if isinstance(value, torch_tensor()):
+                if isinstance(value, torch.Tensor):
                     flat.append(value.data_ptr())
                 elif isinstance(value, bound_launch._descriptor_type()):
                     flat.extend(bound_launch._make_tensordesc_arg(value, metas.pop(0)))
@@ -170,12 +172,6 @@ def _step_plan_call(codegen, kernel: str, sets):
     layers = [tuple(s.get(name) for name in ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale"))
               for s in sets]
     return lambda i: step.run(*layers[i % LAYERS])
-
-
-def torch_tensor():
-    import torch
-
-    return torch.Tensor
 
 
 def components(fn, args, family: str, calls: int) -> dict:

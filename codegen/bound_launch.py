@@ -41,7 +41,7 @@ class BoundLaunch:
     """One kernel launch whose non-tensor arguments are fixed; calling it with the call's tensors
     (in the order of `roles`) fills their slots and launches.
 
-    On a GPU it launches the compiled kernel directly (`CompiledKernel.run`: the argument
+    On a GPU it launches the compiled kernel directly (see the module docstring: the argument
     binding, specialization and cache lookup of `JITFunction.run` were done by the first run and
     cannot change under the plan's key). Under the interpreter, or with a Triton whose compiled
     kernel lacks that interface, it goes through `kernel[grid](...)` with the stored arguments.
@@ -49,8 +49,7 @@ class BoundLaunch:
     """
 
     __slots__ = ("kernel", "grid", "args", "kwargs", "slots", "descriptor_slots", "descriptor_layouts", "descriptors",
-                 "device",
-                 "compiled", "launcher", "function", "packed_metadata", "values", "fast")
+                 "device", "compiled", "launcher", "function", "packed_metadata", "values", "fast")
 
     def __init__(self, kernel, grid, args, kwargs, roles: tuple, *, device: int):
         self.kernel, self.kwargs, self.device = kernel, kwargs, device
@@ -75,12 +74,10 @@ class BoundLaunch:
         """The first launch, through the JIT (compiling or loading the kernel, or only that inside
         codegen.static.jit.compiled_not_launched), then bound to the compiled kernel."""
         compiled = self.kernel[self.grid](*self.args, **self.kwargs)
+        for pos in [pos for pos, _ in self.slots] + [pos for pos, _, _ in self.descriptor_slots]:
+            self.args[pos] = None  # the call's tensors (and descriptors over them) are not kept
         if os.environ.get("TRITON_INTERPRET") != "1":
             self._bind(compiled)
-        for pos, _ in self.slots:
-            self.args[pos] = None
-        for pos, _, _ in self.descriptor_slots:
-            self.args[pos] = None
 
     def _bind(self, compiled) -> None:
         try:
@@ -97,10 +94,6 @@ class BoundLaunch:
                 values.append(params[name].default)
             else:
                 raise TypeError(f"{name}: missing from the recorded launch of {self.kernel.__name__}")
-        for pos, _ in self.slots:
-            values[pos] = None
-        for pos, _, _ in self.descriptor_slots:
-            values[pos] = None
         self.compiled, self.launcher, self.function, self.packed_metadata = compiled, launcher, function, packed
         self.values = values
         self.fast = self._generate_fast()

@@ -137,6 +137,13 @@ class PlanCache:
     def clear(self) -> None:
         self._plans.clear()
 
+    def snapshot(self) -> dict:
+        """The kept plans, to `restore` after work whose plans should not stay (a warm-up's)."""
+        return dict(self._plans)
+
+    def restore(self, plans: dict) -> None:
+        self._plans = dict(plans)
+
     def __len__(self) -> int:
         return len(self._plans)
 

@@ -169,7 +169,7 @@ def _worker(jobs, arch, device, max_model_len, q_dtype_name):
     from . import plan as call_plans
 
     torch.cuda.set_device(torch.device(device))
-    kept = dict(call_plans.PLANS._plans)  # the jobs' own plans (toy shapes) are not kept
+    kept = call_plans.PLANS.snapshot()  # the jobs' own plans (toy shapes) are not kept
     results = []
     for job in jobs:
         start = time.perf_counter()
@@ -179,8 +179,7 @@ def _worker(jobs, arch, device, max_model_len, q_dtype_name):
         except Exception as exc:  # one failing compile must not stop the others; reported at the end
             error = f"{type(exc).__name__}: {exc}"
         results.append((job.describe(), time.perf_counter() - start, error))
-    call_plans.PLANS._plans.clear()
-    call_plans.PLANS._plans.update(kept)
+    call_plans.PLANS.restore(kept)
     return results
 
 
