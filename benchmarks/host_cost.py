@@ -126,23 +126,24 @@ def _floor_calls(codegen, fn, args):
         values = list(launch.values)
         for pos, role in launch.slots:
             values[pos] = tensors[role]
-        for pos, role, block in launch.descriptor_slots:
-            cache = tensors[role]
-            values[pos] = bound_launch._descriptor_type()(cache, list(cache.shape), list(cache.stride()), block)
+        encoded = {}  # descriptors as the C entry takes them, by position
+        metas = getattr(launch.compiled.metadata, "tensordesc_meta", None) or [None] * len(launch.descriptor_slots)
+        for (pos, role, block), meta in zip(launch.descriptor_slots, metas):
+            shape, strides, dtype = launch.descriptor_layouts[pos]
+            ptr = tensors[role].data_ptr()
+            values[pos] = bound_launch._Descriptors(shape, strides, dtype, block, meta, encode=False)(ptr)
+            encoded[pos] = bound_launch._Descriptors(shape, strides, dtype, block, meta, encode=True)(ptr)
         triton_launches.append((launch.launcher, launch.grid, launch.function, launch.packed_metadata, values))
         entry = bound_launch._direct_entry(launch.launcher)
         if entry is None:
             c_launches = None
         elif c_launches is not None:
             flat = []
-            metas = list(getattr(launch.compiled.metadata, "tensordesc_meta", None) or [None] * len(values))
-            for value in values:
-                if isinstance(value, torch.Tensor):
-                    flat.append(value.data_ptr())
-                elif isinstance(value, bound_launch._descriptor_type()):
-                    flat.extend(bound_launch._make_tensordesc_arg(value, metas.pop(0)))
+            for pos, value in enumerate(values):
+                if pos in encoded:
+                    flat.extend(encoded[pos])
                 else:
-                    flat.append(value)
+                    flat.append(value.data_ptr() if isinstance(value, torch.Tensor) else value)
             c_launches.append((entry, launch.grid, launch.function, launch.packed_metadata, flat))
     stream_of, device = bound_launch._current_stream, plan.launches[0].device
 

@@ -120,7 +120,7 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
     module = load_module(arch, "prefill", scale_mode, fold_scales)
     roles = call_plans.views(tensors)
     q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens = roles
-    recorded, buffers = [], []
+    recorded = []
     rest = (seq_lens, prefix_lens, max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale)
     if per_token is None:
         module.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded)
@@ -128,14 +128,13 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
         # One launch decides on the device and writes both launches' offsets (the other path's are
         # zeros); its counters are the plan's own (codegen.workspace.call_counters).
         counters = call_counters(q.device, 3, capturing, key="selection")
-        buffers.append(counters)
         tiled_cu, per_token_cu = selection_kernel.decide_and_split(
             topk_idx, config.block_t, tile_selection.tiles_pay_off_below(config.block_t, scale_mode), cu_seqlens_q,
             prefix_lens, tile_selection.SAMPLED_TILES, counters=counters, record=recorded)
         module.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, record=recorded)
         module.launch(q, kv_cache, topk_idx, block_table, per_token_cu, *rest, per_token, record=recorded)
     launches = bind_recorded(recorded, roles, device=_launch_device(q))
-    return call_plans.CallPlan(launches, stamp=stamp, config=config, per_token_config=per_token, buffers=buffers)
+    return call_plans.CallPlan(launches, stamp=stamp, config=config)
 
 
 def sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output,
@@ -178,11 +177,10 @@ def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, con
     use_pdl = _use_pdl(q)
     roles = call_plans.views(tensors)
     q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, seq_lens, query_start_loc, token_to_req = roles
-    recorded, buffers = [], []
+    recorded = []
     counters = None
     if config.fuses_merge:  # zero between calls: the last split program of a row resets its counter
         counters = call_counters(q.device, q.shape[0] * num_kv_heads, capturing)
-        buffers.append(counters)
     partials = load_module(arch, "decode_split", scale_mode, fold_scales).launch(
         q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output, decode_query_len,
         k_scale, v_scale, query_start_loc, token_to_req, config, use_pdl, counters, record=recorded)
@@ -191,7 +189,7 @@ def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, con
         load_module(arch, "decode_merge", scale_mode, fold_scales).launch(
             part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl, record=recorded)
     launches = bind_recorded(recorded, roles, device=_launch_device(q))
-    return call_plans.CallPlan(launches, stamp=stamp, config=config, buffers=buffers)
+    return call_plans.CallPlan(launches, stamp=stamp, config=config)
 
 
 def _launch_device(q: torch.Tensor) -> int:

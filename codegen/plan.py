@@ -62,6 +62,13 @@ def device_state(q) -> tuple[int, int, bool]:
 LAYER_TENSORS = 6  # a call's tensors: its layer's (q, cache, top-k, output, scales) first, then the step's
 
 
+def signatures(tensors, pointers) -> list:
+    """What a compiled launch depends on in each tensor besides its data, None kept: shape, strides,
+    dtype, device and whether its address (`pointers`) is 16-byte aligned."""
+    return [None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
+            for t, p in zip(tensors, pointers)]
+
+
 def call_key(family: str, tensors: tuple, scalars: tuple, options: tuple):
     """(key, cacheable, stream, pointers) of a call. key: what its plan depends on (None when an
     argument is not a tensor where one is expected: validation then names it); cacheable: False
@@ -74,8 +81,7 @@ def call_key(family: str, tensors: tuple, scalars: tuple, options: tuple):
     or restride included) and addresses, and reused while all three match."""
     try:
         pointers = [0 if t is None else t.data_ptr() for t in tensors]
-        sigs = [None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
-                for t, p in zip(tensors[:LAYER_TENSORS], pointers)]
+        sigs = signatures(tensors[:LAYER_TENSORS], pointers)
         step = tensors[LAYER_TENSORS:]  # four of them in both families (None where absent)
         versions = [None if t is None else t._version for t in step]
         memo = _step_memo.get(family)
@@ -85,8 +91,7 @@ def call_key(family: str, tensors: tuple, scalars: tuple, options: tuple):
                 and step[3] is seen[3] and memo[1] == versions and memo[2] == pointers[LAYER_TENSORS:]):
             step_sigs = memo[3]
         else:
-            step_sigs = tuple([None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
-                               for t, p in zip(step, pointers[LAYER_TENSORS:])])
+            step_sigs = tuple(signatures(step, pointers[LAYER_TENSORS:]))
             _step_memo[family] = (step, versions, pointers[LAYER_TENSORS:], step_sigs)
     except (AttributeError, TypeError, RuntimeError):  # not tensors, or tensors without storage: validation speaks
         return None, False, 0, None
@@ -114,7 +119,7 @@ class PlanCache:
             plan = self._plans.get(key)
         except TypeError:  # an unhashable argument (a list as a config, say): validation names it
             return None
-        if plan is None or plan.stamp is None or plan.stamp.unchanged():
+        if plan is None or plan.fresh():
             return plan
         self._plans.pop(key, None)
         return None
@@ -159,11 +164,12 @@ def views(tensors: tuple) -> tuple:
 
 
 class CallPlan:
-    """The bound launches of one call shape, the buffers they own, and what keeps them valid."""
+    """The bound launches of one call shape (which hold the buffers they allocated) and what keeps
+    them valid."""
 
-    __slots__ = ("launches", "calls", "stamp", "config", "per_token_config", "buffers", "nbytes")
+    __slots__ = ("launches", "calls", "stamp", "config", "nbytes")
 
-    def __init__(self, launches, *, stamp: TableStamp | None, config, per_token_config=None, buffers=()):
+    def __init__(self, launches, *, stamp: TableStamp | None, config):
         self.launches = launches
         owned = {t.data_ptr(): t.untyped_storage().nbytes() for launch in launches for t in launch.args
                  if isinstance(t, torch.Tensor)}
@@ -171,8 +177,6 @@ class CallPlan:
         self.calls = tuple(launch.fast or launch for launch in launches)
         self.stamp = stamp  # the tuned-table file the config came from (None: the config was given)
         self.config = config
-        self.per_token_config = per_token_config
-        self.buffers = buffers  # kept alive with the plan (the launches hold them too)
 
     def fresh(self) -> bool:
         return self.stamp is None or self.stamp.unchanged()
@@ -210,8 +214,7 @@ class StepPlan:
         try:
             pointers = [0 if t is None else t.data_ptr() for t in layer]
             device, stream, capturing = device_state(q)
-            key = (*[None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
-                     for t, p in zip(layer, pointers)], device, stream)
+            key = (*signatures(layer, pointers), device, stream)
             plan = None if capturing else self._plans.get(key)
         except (AttributeError, TypeError, RuntimeError):
             key, capturing, plan = None, True, None
