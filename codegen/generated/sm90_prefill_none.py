@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: 9ab902dfe55e8b3fa6a44a4cefd2abb98de2520bfbb736fe7f628ab389f1c73b
+# inputs-sha256: 8b586484f5207428b400ba3e6426aeba55ec6ec5106a4d79c047e5984b38330b
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -136,18 +136,11 @@ def _msa_prefill_kernel(
             m_i = m_new
     else:
         kv_end_row = tl.minimum(prefix + i0 + row_t + 1, seq_len)  # [BLOCK_M]
-        n_read_row = tl.minimum(topk, tl.cdiv(kv_end_row, PAGE))  # entries each row reads (read_count)
         n_tok = tl.minimum(q_len - i0, BLOCK_T)
         # Blocks any token of the tile may see: [0, tile_blocks) (its last token sees the most).
         tile_blocks = tl.cdiv(tl.minimum(prefix + i0 + n_tok, seq_len), PAGE)
         tile_topk_ptr = topk_ptr + g * stride_tk_h + (q_start + i0).to(tl.int64) * stride_tk_t
         offs_k = tl.arange(0, TOPK_P2)
-        # Every row's first n_read entries, [BLOCK_M, TOPK_P2] (-1 elsewhere, never loaded).
-        sel_rows = tl.load(
-            tile_topk_ptr + row_t[:, None] * stride_tk_t + offs_k[None, :] * stride_tk_k,
-            mask=row_ok[:, None] & (offs_k[None, :] < n_read_row[:, None]),
-            other=-1,
-        )
         # The tile's plan, built once: its entries in (token, entry) order, each token's first n_read
         # only. A page is loaded once per listing rank: at the first (block, rank) listing in that
         # order, for every row that lists the block more than `rank` times (a row listing it twice
@@ -167,12 +160,14 @@ def _msa_prefill_kernel(
                                   other=-1)
             rank_f += (earlier_col == blk_f).to(tl.int32)
         # Applied already: an earlier token lists the block more than `rank` times. Per listing, also
-        # which tokens get the page (their rows) and what they see of it: `whole` when every token
+        # which tokens get the page (`tokens_f`, a bit per token of the tile: the rows' masks are
+        # rebuilt from it per step, so no per-row listing is held through the walk) and what they see of it: `whole` when every token
         # of the tile gets it and sees all PAGE keys (the walk then masks nothing), `n_vis_f` the
         # most keys any of them sees (the slots a load needs).
         applied_f = pos < 0
         whole_f = live_f
         n_vis_f = tl.zeros([PLAN], dtype=tl.int32)
+        tokens_f = tl.zeros([PLAN], dtype=tl.int32)
         for tt in tl.static_range(BLOCK_T):
             kv_end_tt = tl.minimum(prefix + i0 + tt + 1, seq_len)
             n_read_tt = tl.minimum(topk, tl.cdiv(kv_end_tt, PAGE))
@@ -181,6 +176,7 @@ def _msa_prefill_kernel(
             listed = tl.sum((blk_f[:, None] == row_tt[None, :]).to(tl.int32), axis=1)
             applied_f = applied_f | ((te_f > tt) & (listed > rank_f))
             gets = listed > rank_f
+            tokens_f = tokens_f | (gets.to(tl.int32) << tt)
             # Read for live listings only, whose blocks are < tile_blocks (no int32 wrap in blk_f * PAGE).
             sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)
             whole_f = whole_f & ((tt >= n_tok) | (gets & (sees == PAGE)))
@@ -191,22 +187,24 @@ def _msa_prefill_kernel(
         pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
         # One word per listing, so each step takes it with one reduction: page, block, whole.
         key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
-        tl.static_assert(PAGE < 256, "aux_f holds a visible length in 8 bits")
-        aux_f = (rank_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
-        for j in range(0, n_plan):
-            this = first_f & (plan_f == j)
+        tl.static_assert(PAGE < 256 and BLOCK_T <= 16, "aux_f holds a visible length in 8 bits, a token mask in 16")
+        aux_f = (tokens_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
+        # One iteration per BLOCK_N-key slice (SUBTILES a page), not a page with its slices unrolled:
+        # an unrolled body keeps two slices' K/V buffers and registers live, and a 128-row tile spills.
+        for it in range(0, n_plan * SUBTILES):
+            this = first_f & (plan_f == it // SUBTILES)
             key = tl.sum(tl.where(this, key_f, 0), axis=0)
             page = (key >> 32).to(tl.int32)
             blk = ((key >> 1) & 0x7FFFFFFF).to(tl.int32)
             partial = (key & 1) == 0
-            rank = 0
+            tokens = (1 << BLOCK_T) - 1
             n_visible = PAGE
             if partial:
                 aux = tl.sum(tl.where(this, aux_f, 0), axis=0)
-                rank = aux >> 8
+                tokens = aux >> 8
                 n_visible = aux & 0xFF
-            for sub_i in tl.static_range(SUBTILES):
-                sub = tl.full([], sub_i * BLOCK_N, tl.int32)  # first slot of the slice
+            if True:  # keeps the step's indentation (the step macro is shared with the per-token walk)
+                sub = (it % SUBTILES) * BLOCK_N  # first slot of the slice
                 slot = sub + offs_n
                 cols = slot < n_visible
                 if KV_TMA:
@@ -219,7 +217,7 @@ def _msa_prefill_kernel(
                     k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
                 s = tl.dot(q, tl.trans(k.to(q.dtype)))
                 if partial:
-                    s = tl.where((tl.sum((sel_rows == blk).to(tl.int32), axis=1) > rank)[:, None] & (slot[None, :] < kv_end_row[:, None] - blk * PAGE), s, float("-inf"))
+                    s = tl.where(((tokens >> row_t) & 1 != 0)[:, None] & (slot[None, :] < kv_end_row[:, None] - blk * PAGE), s, float("-inf"))
                 m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
                 # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
                 m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -372,4 +370,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '9ab902dfe55e8b3fa6a44a4cefd2abb98de2520bfbb736fe7f628ab389f1c73b'
+INPUTS_SHA256 = '8b586484f5207428b400ba3e6426aeba55ec6ec5106a4d79c047e5984b38330b'
