@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: 8b586484f5207428b400ba3e6426aeba55ec6ec5106a4d79c047e5984b38330b
+# inputs-sha256: 8256d5dc60e2fc4e9bcb38bee1a1efeef0f7837f1e09f68eea1b57e6cfebc8b6
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -26,7 +26,7 @@ PAGE = 128
 def _msa_prefill_kernel(
     # tensors
     q_ptr, kv_ptr, kv_desc, topk_ptr, block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr, prefix_lens_ptr,
-    out_ptr,
+    out_ptr, plan_ptr,
     # scalars
     sm_scale, topk,
     # strides
@@ -191,16 +191,24 @@ def _msa_prefill_kernel(
         aux_f = (tokens_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
         # One iteration per BLOCK_N-key slice (SUBTILES a page), not a page with its slices unrolled:
         # an unrolled body keeps two slices' K/V buffers and registers live, and a 128-row tile spills.
+        # The plan goes to this program's rows of the scratch (int64 [programs, 2, PLAN]: words, aux), so
+        # a step reads its page with one scalar load that the pipeliner prefetches with the K/V
+        # slices, not a block-wide reduction (a barrier across the warps) on the critical path.
+        prog = tl.program_id(0) + tl.num_programs(0) * (req + tl.num_programs(1) * g)
+        plan_row_ptr = plan_ptr + prog.to(tl.int64) * (2 * PLAN)
+        tl.store(plan_row_ptr + plan_f, key_f, mask=first_f)
+        tl.store(plan_row_ptr + PLAN + plan_f, aux_f.to(tl.int64), mask=first_f)
+        tl.debug_barrier()  # the plan's words are written by every thread and read by all
         for it in range(0, n_plan * SUBTILES):
-            this = first_f & (plan_f == it // SUBTILES)
-            key = tl.sum(tl.where(this, key_f, 0), axis=0)
+            step = it // SUBTILES
+            key = tl.load(plan_row_ptr + step)
             page = (key >> 32).to(tl.int32)
             blk = ((key >> 1) & 0x7FFFFFFF).to(tl.int32)
             partial = (key & 1) == 0
             tokens = (1 << BLOCK_T) - 1
             n_visible = PAGE
             if partial:
-                aux = tl.sum(tl.where(this, aux_f, 0), axis=0)
+                aux = tl.load(plan_row_ptr + PLAN + step).to(tl.int32)
                 tokens = aux >> 8
                 n_visible = aux & 0xFF
             if True:  # keeps the step's indentation (the step macro is shared with the per-token walk)
@@ -355,9 +363,12 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
     kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
+    # The tile plans' scratch (the per-token walk has none: the output stands in, never read).
+    plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * config.block_t * triton.next_power_of_2(topk),
+                        dtype=torch.int64, device=q.device) if config.block_t > 1 else output)
     args = (
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
-        output,
+        output, plan,
         float(sm_scale), topk,
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
     )
@@ -370,4 +381,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '8b586484f5207428b400ba3e6426aeba55ec6ec5106a4d79c047e5984b38330b'
+INPUTS_SHA256 = '8256d5dc60e2fc4e9bcb38bee1a1efeef0f7837f1e09f68eea1b57e6cfebc8b6'

@@ -74,6 +74,8 @@ def _pointer_dtype(launch: StaticLaunch, arg: str) -> torch.dtype:
         return split.partial_dtype(torch_dtype(launch.arch, launch.kv_dtype), Q_DTYPES[launch.q_dtype])
     if arg in ("k_scale_ptr", "v_scale_ptr", "part_lse_ptr"):
         return torch.float32
+    if arg == "plan_ptr":  # prefill tiles' plan scratch; the per-token walk gets the output instead
+        return torch.int64 if launch.config.block_t > 1 else Q_DTYPES[launch.q_dtype]
     return torch.int32
 
 

@@ -125,8 +125,6 @@ READS_ONE_MORE = {
     "decode_split": [("n_read = tl.minimum(topk, n_causal)", "n_read = tl.minimum(topk, n_causal + 1)")],
     "prefill": [
         ("n_read = tl.minimum(topk, n_causal)", "n_read = tl.minimum(topk, n_causal + 1)"),
-        ("mask=row_ok[:, None] & (offs_k[None, :] < n_read_row[:, None]),",
-         "mask=row_ok[:, None] & (offs_k[None, :] < tl.minimum(n_read_row + 1, topk)[:, None]),"),
         ("read_f = (te_f < n_tok) & (ke_f < n_read_f)", "read_f = (te_f < n_tok) & (ke_f < tl.minimum(n_read_f + 1, topk))"),
         ("mask=offs_k < tl.where(tt < n_tok, n_read_tt, 0)", "mask=offs_k < tl.where(tt < n_tok, tl.minimum(n_read_tt + 1, topk), 0)"),
     ],
