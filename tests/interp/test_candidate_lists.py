@@ -13,6 +13,8 @@ KERNEL_ARGS = {
     "h200_decode.json": ["--kernels", "decode"],
     "h200_prefill_tiles.json": ["--kernels", "prefill"],
     "h200_prefill_per_token.json": ["--kernels", "prefill", "--prefill-paths", "per_token"],
+    "h200_prefill_incumbents.json": ["--kernels", "prefill", "--prefill-paths", "tiled"],
+    "h200_prefill_incumbents_per_token.json": ["--kernels", "prefill", "--prefill-paths", "per_token"],
 }
 
 

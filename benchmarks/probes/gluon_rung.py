@@ -1,0 +1,333 @@
+"""Can a hand-pipelined Gluon kernel keep the PV MMA in flight with fp8 K/V upcast in registers? (H200)
+
+The `fp8` rung of tile_ladder.py (dense causal attention, B=4, H=64, N=2048, head_dim 128, q bf16,
+K/V fp8 e4m3 converted to fp16 in registers) loses to its `dense` rung partly because Triton waits on
+every PV MMA once V passes through registers. This probe writes that kernel in Gluon (Triton 3.6,
+sm90), where the pipeline is explicit, and times it the way tile_ladder times its rungs:
+  - K/V fp8 tiles arrive by TMA into a ring of NS stages (one mbarrier per tile), issued NS steps
+    ahead; the diagonal (masked) key blocks are processed first, then blocks 0 .. n_full-1 unmasked;
+  - each step upcasts K(j) and V(j) fp8 -> fp16 in registers (cvt.rn.f16x2.e4m3x2) into
+    double-buffered fp16 NVMMA shared tiles (fence_async_shared + thread_barrier before a wgmma
+    reads them); q is upcast once and stays in shared memory as QK's A operand;
+  - PV(j-1) stays in flight while the K(j) mbarrier is waited for, K(j) (and with V_EARLY=1 also
+    V(j)) is upcast and QK(j) is issued (with V_EARLY=0, V(j) is upcast while QK(j) and PV(j-1)
+    both run). One warpgroup_mma_wait(0) then retires both: wgmma groups retire in issue order,
+    so QK(j), issued after PV(j-1), cannot be waited for alone (num_outstanding=1 never applies);
+  - online softmax in base 2 (scale folded into exp2), fp32 accumulator, out = acc / l stored by TMA.
+
+  python benchmarks/probes/gluon_rung.py --aot [--out DIR]   # sm90 compile here: registers, spills, smem
+  python benchmarks/probes/gluon_rung.py --time --out DIR    # on an H200: rel L2 vs SDPA and timings
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
+
+B, H, N, D = 4, 64, 2048, 128
+# (BM, BN, num_warps, num_stages = TMA ring depth, cvt_rows = rows upcast per chunk, v_early)
+CONFIGS = [(128, 64, 4, 2, 16, 1), (128, 64, 4, 2, 64, 1), (128, 128, 8, 2, 128, 0), (128, 128, 8, 2, 128, 1),
+           (128, 64, 8, 2, 64, 0), (128, 64, 8, 2, 64, 1), (128, 64, 8, 3, 64, 0)]
+
+
+@gluon.jit
+def _issue_kv(k_desc, v_desc, k8, v8, kbar, vbar, row0, j, n_steps, n_full, NDIAG: gl.constexpr, BN: gl.constexpr,
+              NS: gl.constexpr):
+    """TMA loads of step j's fp8 K and V tiles into ring stage j % NS (skipped past the last step)."""
+    s = j % NS
+    pred = j < n_steps
+    kb = gl.where(j < NDIAG, j + n_full, j - NDIAG)  # diagonal key blocks first, then 0 .. n_full - 1
+    nbytes: gl.constexpr = k_desc.block_type.nbytes
+    mbarrier.expect(kbar.index(s), nbytes, pred)  # both expects first: one compiler barrier before the copies
+    mbarrier.expect(vbar.index(s), nbytes, pred)
+    tma.async_copy_global_to_shared(k_desc, [row0 + kb * BN, 0], kbar.index(s), k8.index(s), pred)
+    tma.async_copy_global_to_shared(v_desc, [row0 + kb * BN, 0], vbar.index(s), v8.index(s), pred)
+
+
+@gluon.jit
+def _upcast(src, dst, BN: gl.constexpr, CR: gl.constexpr, cvt_layout: gl.constexpr):
+    """fp8 shared tile -> registers -> fp16 shared tile, CR rows at a time. Fewer live registers, but
+    the compiler's barrier pass puts a bar.sync between the chunks (it sees a write-after-write)."""
+    for c in gl.static_range(BN // CR):
+        dst.slice(c * CR, CR).store(src.slice(c * CR, CR).load(cvt_layout).to(gl.float16))
+
+
+@gluon.jit
+def _step(j, acc, m_i, l_i, q_s, k8, v8, k16, v16, kbar, vbar, k_desc, v_desc, row0, n_steps, n_full, qk_scale,
+          MASKED: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, CR: gl.constexpr,
+          V_EARLY: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr, cvt_layout: gl.constexpr):
+    s = j % NS
+    phase = (j // NS) & 1
+    b = j % 2
+    # K(j): wait for its TMA, upcast in registers, store to fp16 buffer b (last read by QK(j-2), retired).
+    # V(j) likewise (v16[b] was last read by PV(j-2), retired last step): before QK(j) is issued when
+    # V_EARLY (fewer live registers: only PV(j-1) in flight), else while QK(j) and PV(j-1) both run.
+    mbarrier.wait(kbar.index(s), phase)
+    _upcast(k8.index(s), k16.index(b), BN, CR, cvt_layout)
+    if V_EARLY:
+        mbarrier.wait(vbar.index(s), phase)
+        _upcast(v8.index(s), v16.index(b), BN, CR, cvt_layout)
+    fence_async_shared()
+    gl.thread_barrier()  # every warp's part of K(j) is written before any warpgroup's QK reads it
+    qk = warpgroup_mma(q_s, k16.index(b).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
+                       use_acc=False, is_async=True)
+    if not V_EARLY:
+        mbarrier.wait(vbar.index(s), phase)
+        _upcast(v8.index(s), v16.index(b), BN, CR, cvt_layout)
+        fence_async_shared()
+    qk, acc = warpgroup_mma_wait(0, deps=[qk, acc])  # retires PV(j-1) and QK(j)
+    gl.thread_barrier()  # V(j) fully written; every warp done reading fp8 stage s
+    _issue_kv(k_desc, v_desc, k8, v8, kbar, vbar, row0, j + NS, n_steps, n_full, BM // BN, BN, NS)
+    if MASKED:  # diagonal step j < BM // BN: keys q_lo + j*BN + [0, BN) against queries q_lo + [0, BM)
+        offs_m = gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+        offs_n = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+        qk = gl.where(offs_m[:, None] >= offs_n[None, :], qk, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(qk * qk_scale - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, 1)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    p16 = gl.convert_layout(p.to(gl.float16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    acc = warpgroup_mma(p16, v16.index(b), acc, is_async=True)  # PV(j): left in flight
+    return acc, m_new, l_i
+
+
+@gluon.jit
+def _attn_fwd(q_ptr, k_desc, v_desc, o_desc, sm_scale, N, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
+              NS: gl.constexpr, NUM_WARPS: gl.constexpr, CR: gl.constexpr,
+              V_EARLY: gl.constexpr):
+    gl.static_assert(BM % BN == 0)
+    gl.static_assert(BN % CR == 0)
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                       instr_shape=[16, BN, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                       instr_shape=[16, D, 16])
+    cvt_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [NUM_WARPS, 1], [1, 0])
+    q_ld_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [NUM_WARPS, 1], [1, 0])
+    f16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float16)
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, D], gl.float16)
+
+    pid = gl.program_id(0)
+    bh = gl.program_id(1)
+    row0 = bh * N
+    q_lo = pid * BM
+
+    k8 = gl.allocate_shared_memory(k_desc.dtype, [NS, BN, D], k_desc.layout)
+    v8 = gl.allocate_shared_memory(v_desc.dtype, [NS, BN, D], v_desc.layout)
+    k16 = gl.allocate_shared_memory(gl.float16, [2, BN, D], f16_layout)
+    v16 = gl.allocate_shared_memory(gl.float16, [2, BN, D], f16_layout)
+    kbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    vbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NS):
+        mbarrier.init(kbar.index(i), count=1)
+        mbarrier.init(vbar.index(i), count=1)
+    fence_async_shared()  # barrier inits visible to the TMA unit
+
+    n_full = q_lo // BN  # steps entirely below the diagonal: no mask
+    n_steps = (q_lo + BM) // BN
+    for i in gl.static_range(NS):
+        _issue_kv(k_desc, v_desc, k8, v8, kbar, vbar, row0, i, n_steps, n_full, BM // BN, BN, NS)
+
+    # q: bf16 -> fp16 once, kept in shared memory as the A operand of every QK.
+    offs_qm = gl.arange(0, BM, layout=gl.SliceLayout(1, q_ld_layout))
+    offs_qd = gl.arange(0, D, layout=gl.SliceLayout(0, q_ld_layout))
+    q = gl.load(q_ptr + (row0 + q_lo + offs_qm)[:, None] * D + offs_qd[None, :])
+    q_s = gl.allocate_shared_memory(gl.float16, [BM, D], q_layout, q.to(gl.float16))
+    fence_async_shared()
+    gl.thread_barrier()
+
+    qk_scale = sm_scale * 1.4426950408889634
+    m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
+    acc = warpgroup_mma_init(gl.zeros([BM, D], gl.float32, o_layout))
+    # Two loops (a runtime `if` on the mask, or unrolled diagonal steps, make ptxas serialize the wgmmas).
+    # Diagonal first: every row sees key q_lo in step 0, so m_i is finite before any fully masked row.
+    for j in range(0, BM // BN):
+        acc, m_i, l_i = _step(j, acc, m_i, l_i, q_s, k8, v8, k16, v16, kbar, vbar, k_desc, v_desc, row0, n_steps,
+                              n_full, qk_scale, True, BM, BN, D, NS, CR, V_EARLY, s_layout, o_layout, cvt_layout)
+    for j in range(BM // BN, n_steps):
+        acc, m_i, l_i = _step(j, acc, m_i, l_i, q_s, k8, v8, k16, v16, kbar, vbar, k_desc, v_desc, row0, n_steps,
+                              n_full, qk_scale, False, BM, BN, D, NS, CR, V_EARLY, s_layout, o_layout, cvt_layout)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    for i in gl.static_range(NS):
+        mbarrier.invalidate(kbar.index(i))
+        mbarrier.invalidate(vbar.index(i))
+
+    # Epilogue through shared memory and a TMA store; q's buffer is free (every QK retired before the
+    # last step's thread_barrier) and has the bf16 tile's size and swizzle.
+    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    o_s = q_s._reinterpret(gl.bfloat16, [BM, D], o_desc.layout)
+    o_s.store(o.to(gl.bfloat16))
+    fence_async_shared()
+    gl.thread_barrier()
+    # block ids re-read here (an impure asm is not CSE'd), so no row offset stays live across the loops:
+    # that spilled a register at 4 warps
+    ids = gl.inline_asm_elementwise("mov.u32 $0, %ctaid.x; mov.u32 $1, %ctaid.y;", "=r,=r,r", [gl.to_tensor(0)],
+                                    dtype=(gl.int32, gl.int32), is_pure=False, pack=1)
+    tma.async_copy_shared_to_global(o_desc, [(ids[1] * N + ids[0] * BM), 0], o_s)
+    tma.store_wait(0)
+
+
+def _fp8_desc(t, BN):
+    layout = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float8e4nv)
+    return TensorDescriptor.from_tensor(t, [BN, D], layout)
+
+
+def _out_desc(t, BM):
+    return TensorDescriptor.from_tensor(t, [BM, D], gl.NVMMASharedLayout.get_default_for([BM, D], gl.bfloat16))
+
+
+def _extra(BN, num_warps, cvt_rows, v_early):
+    """Defaults: the whole tile in one chunk; V upcast before QK at 4 warps (register pressure)."""
+    return dict(CR=min(BN, cvt_rows or BN), V_EARLY=int(num_warps == 4 if v_early is None else v_early))
+
+
+def run(q, k, v, out, BM, BN, num_warps, num_stages, cvt_rows=None, v_early=None, n=N):
+    """out = causal softmax(q k^T / sqrt(D)) v over rows laid out [(b*H + h)*n + i, D]."""
+    grid = (n // BM, q.shape[0] // n)
+    _attn_fwd[grid](q, _fp8_desc(k, BN), _fp8_desc(v, BN), _out_desc(out, BM), D ** -0.5, n, BM=BM, BN=BN, D=D,
+                    NS=num_stages, NUM_WARPS=num_warps, **_extra(BN, num_warps, cvt_rows, v_early),
+                    num_warps=num_warps)
+    return out
+
+
+def compile_sm90(BM, BN, num_warps, num_stages, cvt_rows=None, v_early=None):
+    """Ahead-of-time sm90 compile (no GPU needed); returns (compiled, ptxas log)."""
+    from triton import knobs
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    sample = dict(q_ptr=torch.empty(16, dtype=torch.bfloat16),
+                  k_desc=_fp8_desc(torch.empty(4 * BN, D, dtype=torch.float8_e4m3fn), BN),
+                  v_desc=_fp8_desc(torch.empty(4 * BN, D, dtype=torch.float8_e4m3fn), BN),
+                  o_desc=_out_desc(torch.empty(4 * BM, D, dtype=torch.bfloat16), BM), sm_scale=D ** -0.5, N=N)
+    constexprs = dict(BM=BM, BN=BN, D=D, NS=num_stages, NUM_WARPS=num_warps,
+                      **_extra(BN, num_warps, cvt_rows, v_early))
+    fn = _attn_fwd
+    signature, attrs = {}, {}
+    for index, name in enumerate(fn.arg_names):
+        if name in constexprs:
+            signature[name] = "constexpr"
+            continue
+        kind, desc = native_specialize_impl(CUDABackend, sample[name], False, True, True)
+        signature[name] = kind
+        if isinstance(desc, str):
+            attrs[(index,)] = CUDABackend.parse_attr(desc)
+    src = GluonASTSource(fn, signature, constexprs, attrs)
+    log = io.StringIO()
+    with knobs.compilation.scope(), knobs.nvidia.scope(), contextlib.redirect_stdout(log):
+        knobs.compilation.always_compile = True
+        knobs.nvidia.dump_ptxas_log = True
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                  options=dict(num_warps=num_warps, num_stages=num_stages))
+    return compiled, log.getvalue()
+
+
+def _label(c):
+    """(BM, BN, warps, stages[, cvt_rows[, v_early]]) -> its row label, with the defaults filled in."""
+    ex = _extra(c[1], c[2], *(list(c[4:]) + [None, None])[:2])
+    return f"bm{c[0]} bn{c[1]} w{c[2]} st{c[3]} cr{ex['CR']} ve{ex['V_EARLY']}"
+
+
+def aot(configs=CONFIGS):
+    from codegen.static.compile import _sm90_figures
+    rows = []
+    for c in configs:
+        cfg = _label(c)
+        try:
+            compiled, log = compile_sm90(*c)
+        except Exception as exc:  # report and go on
+            rows.append(dict(config=cfg, error=f"{type(exc).__name__}: {str(exc)[-1500:]}"))
+            print(rows[-1], flush=True)
+            continue
+        fig = _sm90_figures(compiled, log)
+        ptx = compiled.asm["ptx"]
+        rows.append(dict(config=cfg, registers=fig["registers"], spill_bytes=fig["spill"],
+                         shared_bytes=fig["shared_bytes"], wgmma=ptx.count("wgmma.mma_async"),
+                         wgmma_wait=sorted(set(ln.strip() for ln in ptx.splitlines() if "wgmma.wait_group" in ln)),
+                         cvt_e4m3=ptx.count("cvt.rn.f16x2.e4m3x2"), bar_sync=ptx.count("bar.sync"),
+                         notes=fig["notes"]))
+        print(rows[-1], flush=True)
+    return rows
+
+
+def _rel_l2(o, q, k, v, bs, hs):
+    """Relative L2 error of o against float32 causal SDPA on batches bs, heads hs."""
+    def view(t):
+        return t.view(B, H, N, D)[bs, hs].float()
+    ref = torch.nn.functional.scaled_dot_product_attention(view(q), view(k), view(v), is_causal=True)
+    return ((view(o) - ref).norm() / ref.norm()).item()
+
+
+def time_configs(configs=CONFIGS):
+    from codegen.timing import graph_time, matmul_flops
+    peak = matmul_flops()
+    flops = 4 * B * H * D * (N * (N + 1) // 2)  # causal: QK and PV over the visible keys
+    print(f"bf16 matmul: {peak / 1e12:.0f} TFLOP/s; torch {torch.__version__}, triton {triton.__version__}", flush=True)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    sets = []
+    for _ in range(4):
+        q = torch.randn(B * H * N, D, device="cuda", generator=gen).to(torch.bfloat16)
+        k = torch.randn(B * H * N, D, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        v = torch.randn(B * H * N, D, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        sets.append((q, k, v, torch.full_like(q, float("nan"))))
+    rows = []
+    for c in configs:
+        cfg = _label(c)
+        try:
+            q, k, v, o = sets[0]
+            o.fill_(float("nan"))
+            run(q, k, v, o, *c)
+            torch.cuda.synchronize()
+            err = _rel_l2(o, q, k, v, slice(0, 1), slice(0, 4))
+            err_last = _rel_l2(o, q, k, v, slice(B - 1, B), slice(H - 1, H))  # last programs' row offsets
+            calls = [lambda s=s, c=c: run(*s, *c) for s in sets]
+            t = graph_time(calls * 3, replays=10)
+        except Exception as exc:  # a config that does not compile or run is reported, not fatal
+            rows.append(dict(kernel="gluon_fp8", config=cfg, error=str(exc)[:300]))
+            print(rows[-1], flush=True)
+            continue
+        rows.append(dict(kernel="gluon_fp8", config=cfg, us=round(t.median_us, 1),
+                         tflops=round(flops / t.median_us / 1e6, 1), share=round(flops / t.median_us * 1e6 / peak, 3),
+                         rel_l2=float(f"{err:.2e}"), rel_l2_last_head=float(f"{err_last:.2e}")))
+        print(rows[-1], flush=True)
+    return dict(peak_tflops=round(peak / 1e12, 1), torch=torch.__version__, triton=triton.__version__,
+                device=torch.cuda.get_device_name(), rows=rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--aot", action="store_true", help="compile for sm90 here and print registers/spills")
+    parser.add_argument("--time", action="store_true", help="check and time on the GPU")
+    parser.add_argument("--out", type=pathlib.Path, help="directory for gluon_rung.json")
+    parser.add_argument("--configs", type=str, default=None, help="JSON list of [BM, BN, warps, stages(, cvt_rows, v_early)]")
+    args = parser.parse_args()
+    configs = [tuple(c) for c in json.loads(args.configs)] if args.configs else CONFIGS
+    result = {}
+    if args.aot:
+        result["aot"] = aot(configs)
+    if args.time:
+        result.update(time_configs(configs))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gluon_rung.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
