@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: e171fa36bca7b6f653c7b6af9139b3320471278a2e0174e5bf6a36c1487d586d
+# inputs-sha256: 7916aaba30d2b3012033e3283fbca58d155499c398094b66625650c81309d21f
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -159,7 +159,7 @@ def _msa_prefill_kernel(
         # only. A page is loaded once per listing rank: at the first (block, rank) listing in that
         # order, for every row that lists the block more than `rank` times (a row listing it twice
         # gets it twice, as a per-token walk does, and no other row does). The walk below is then a
-        # counted loop that takes each page from registers, so its K/V loads can be prefetched.
+        # counted loop that reads each page from the plan's scratch, so its K/V loads can be prefetched.
         pos = tl.arange(0, PLAN)
         te_f = pos // TOPK_P2
         ke_f = pos % TOPK_P2
@@ -174,10 +174,10 @@ def _msa_prefill_kernel(
                                   other=-1)
             rank_f += (earlier_col == blk_f).to(tl.int32)
         # Applied already: an earlier token lists the block more than `rank` times. Per listing, also
-        # which tokens get the page (`tokens_f`, a bit per token of the tile: the rows' masks are
-        # rebuilt from it per step, so no per-row listing is held through the walk) and what they see of it: `whole` when every token
-        # of the tile gets it and sees all PAGE keys (the walk then masks nothing), `n_vis_f` the
-        # most keys any of them sees (the slots a load needs).
+        # which tokens get the page (`tokens_f`, a bit per token: a partial step builds the rows' mask
+        # from it, so no per-row listing is held through the walk) and what they see of it: `whole`
+        # when every token of the tile gets it and sees all PAGE keys (the walk then masks nothing),
+        # `n_vis_f` the most keys any of them sees (the slots a load needs).
         applied_f = pos < 0
         whole_f = live_f
         n_vis_f = tl.zeros([PLAN], dtype=tl.int32)
@@ -199,7 +199,7 @@ def _msa_prefill_kernel(
         plan_f = tl.cumsum(first_f.to(tl.int32), axis=0) - 1  # position in the walk
         n_plan = tl.sum(first_f.to(tl.int32), axis=0)
         pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
-        # One word per listing, so each step takes it with one reduction: page, block, whole.
+        # One word per listing (page, block, whole), so a step reads its page with one load.
         key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
         tl.static_assert(PAGE < 256 and BLOCK_T <= 16, "aux_f holds a visible length in 8 bits, a token mask in 16")
         aux_f = (tokens_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
@@ -225,57 +225,56 @@ def _msa_prefill_kernel(
                 aux = tl.load(plan_row_ptr + PLAN + step).to(tl.int32)
                 tokens = aux >> 8
                 n_visible = aux & 0xFF
-            if True:  # keeps the step's indentation (the step macro is shared with the per-token walk)
-                sub = (it % SUBTILES) * BLOCK_N  # first slot of the slice
-                slot = sub + offs_n
-                cols = slot < n_visible
-                k = tl.load(
-                    kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
-                    + (0 + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
+            sub = (it % SUBTILES) * BLOCK_N  # first slot of the slice
+            slot = sub + offs_n
+            cols = slot < n_visible
+            k = tl.load(
+                kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                + (0 + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
+            if KV_UPCAST == 1:
+                k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
+            scale_slot = page.to(tl.int64) * PAGE + sub + offs_n
+            k_sc = tl.load(ks_row_ptr + scale_slot * stride_ks_t, mask=cols, other=0.0)
+            if KV_UPCAST == 2:
+                # Per-token K scale on K itself, in K's load layout (a scale per key a thread holds, not
+                # per score column), relative to the slice's largest |scale| (k_top: the fp16 values
+                # keep fp8's range); k_top joins the score scale.
+                k_top = tl.max(tl.abs(k_sc), axis=0)
+                k_top = tl.where(k_top > 0.0, k_top, 1.0)
+                s = tl.dot(q, tl.trans(k.to(tl.float16) * (k_sc * (1.0 / k_top)).to(tl.float16)[:, None]))
+                s_scale = qk_scale * k_top
+            else:
+                s = tl.dot(q, tl.trans(k.to(q.dtype)))
+                s = s * (qk_scale * k_sc)[None, :]
+                s_scale = 1.0
+            if partial:
+                s = tl.where(((tokens >> row_t) & 1 != 0)[:, None] & (slot[None, :] < kv_end_row[:, None] - blk * PAGE), s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * s_scale)
+            # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_shift)
+            p = tl.exp2(s * s_scale - m_shift[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            v = tl.load(
+                kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
+            v_sc = tl.load(vs_row_ptr + scale_slot * stride_vs_t, mask=cols, other=0.0)
+            if KV_UPCAST == 2:
+                v_top = tl.max(tl.abs(v_sc), axis=0)
+                v_top = tl.where(v_top > 0.0, v_top, 1.0)
+                v_ratio = (v_sc * (1.0 / v_top)).to(tl.float16)
+                v = v.to(tl.float16) * v_ratio[:, None]
+            else:
+                p = p * v_sc[None, :]
                 if KV_UPCAST == 1:
-                    k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
-                scale_slot = page.to(tl.int64) * PAGE + sub + offs_n
-                k_sc = tl.load(ks_row_ptr + scale_slot * stride_ks_t, mask=cols, other=0.0)
-                if KV_UPCAST == 2:
-                    # Per-token K scale on K itself, in K's load layout (a scale per key a thread holds, not
-                    # per score column), relative to the slice's largest |scale| (k_top: the fp16 values
-                    # keep fp8's range); k_top joins the score scale.
-                    k_top = tl.max(tl.abs(k_sc), axis=0)
-                    k_top = tl.where(k_top > 0.0, k_top, 1.0)
-                    s = tl.dot(q, tl.trans(k.to(tl.float16) * (k_sc * (1.0 / k_top)).to(tl.float16)[:, None]))
-                    s_scale = qk_scale * k_top
-                else:
-                    s = tl.dot(q, tl.trans(k.to(q.dtype)))
-                    s = s * (qk_scale * k_sc)[None, :]
-                    s_scale = 1.0
-                if partial:
-                    s = tl.where(((tokens >> row_t) & 1 != 0)[:, None] & (slot[None, :] < kv_end_row[:, None] - blk * PAGE), s, float("-inf"))
-                m_new = tl.maximum(m_i, tl.max(s, axis=1) * s_scale)
-                # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
-                m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = tl.exp2(m_i - m_shift)
-                p = tl.exp2(s * s_scale - m_shift[:, None])
-                l_i = l_i * alpha + tl.sum(p, axis=1)
-                v = tl.load(
-                    kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
-                    + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
-                v_sc = tl.load(vs_row_ptr + scale_slot * stride_vs_t, mask=cols, other=0.0)
-                if KV_UPCAST == 2:
-                    v_top = tl.max(tl.abs(v_sc), axis=0)
-                    v_top = tl.where(v_top > 0.0, v_top, 1.0)
-                    v_ratio = (v_sc * (1.0 / v_top)).to(tl.float16)
-                    v = v.to(tl.float16) * v_ratio[:, None]
-                else:
-                    p = p * v_sc[None, :]
-                    if KV_UPCAST == 1:
-                        v = v.to(tl.float32)
-                v = v.to(q.dtype)
-                if KV_UPCAST == 2:
-                    acc = acc * (alpha * (acc_unit / v_top))[:, None] + tl.dot(p.to(q.dtype), v)
-                    acc_unit = v_top
-                else:
-                    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
-                m_i = m_new
+                    v = v.to(tl.float32)
+            v = v.to(q.dtype)
+            if KV_UPCAST == 2:
+                acc = acc * (alpha * (acc_unit / v_top))[:, None] + tl.dot(p.to(q.dtype), v)
+                acc_unit = v_top
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
+            m_i = m_new
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     o = acc * (acc_unit / l_safe)[:, None]
@@ -356,4 +355,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'e171fa36bca7b6f653c7b6af9139b3320471278a2e0174e5bf6a36c1487d586d'
+INPUTS_SHA256 = '7916aaba30d2b3012033e3283fbca58d155499c398094b66625650c81309d21f'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 773259726254d0ffb6a2612b06210b0ce3a918ebe7b879e0f2dfe02e06634471
+# inputs-sha256: 611ffe621561a4eed18f9e03e63eff336fa468240a06f0136a0de8deb3ced076
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -151,7 +151,7 @@ def _msa_prefill_kernel(
         # only. A page is loaded once per listing rank: at the first (block, rank) listing in that
         # order, for every row that lists the block more than `rank` times (a row listing it twice
         # gets it twice, as a per-token walk does, and no other row does). The walk below is then a
-        # counted loop that takes each page from registers, so its K/V loads can be prefetched.
+        # counted loop that reads each page from the plan's scratch, so its K/V loads can be prefetched.
         pos = tl.arange(0, PLAN)
         te_f = pos // TOPK_P2
         ke_f = pos % TOPK_P2
@@ -166,10 +166,10 @@ def _msa_prefill_kernel(
                                   other=-1)
             rank_f += (earlier_col == blk_f).to(tl.int32)
         # Applied already: an earlier token lists the block more than `rank` times. Per listing, also
-        # which tokens get the page (`tokens_f`, a bit per token of the tile: the rows' masks are
-        # rebuilt from it per step, so no per-row listing is held through the walk) and what they see of it: `whole` when every token
-        # of the tile gets it and sees all PAGE keys (the walk then masks nothing), `n_vis_f` the
-        # most keys any of them sees (the slots a load needs).
+        # which tokens get the page (`tokens_f`, a bit per token: a partial step builds the rows' mask
+        # from it, so no per-row listing is held through the walk) and what they see of it: `whole`
+        # when every token of the tile gets it and sees all PAGE keys (the walk then masks nothing),
+        # `n_vis_f` the most keys any of them sees (the slots a load needs).
         applied_f = pos < 0
         whole_f = live_f
         n_vis_f = tl.zeros([PLAN], dtype=tl.int32)
@@ -191,7 +191,7 @@ def _msa_prefill_kernel(
         plan_f = tl.cumsum(first_f.to(tl.int32), axis=0) - 1  # position in the walk
         n_plan = tl.sum(first_f.to(tl.int32), axis=0)
         pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
-        # One word per listing, so each step takes it with one reduction: page, block, whole.
+        # One word per listing (page, block, whole), so a step reads its page with one load.
         key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
         tl.static_assert(PAGE < 256 and BLOCK_T <= 16, "aux_f holds a visible length in 8 bits, a token mask in 16")
         aux_f = (tokens_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
@@ -217,50 +217,49 @@ def _msa_prefill_kernel(
                 aux = tl.load(plan_row_ptr + PLAN + step).to(tl.int32)
                 tokens = aux >> 8
                 n_visible = aux & 0xFF
-            if True:  # keeps the step's indentation (the step macro is shared with the per-token walk)
-                sub = (it % SUBTILES) * BLOCK_N  # first slot of the slice
-                slot = sub + offs_n
-                cols = slot < n_visible
-                if KV_TMA:
-                    k = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), 0]).reshape(BLOCK_N, HEAD_DIM)
-                else:
-                    k = tl.load(
-                        kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
-                        + (0 + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
-                k = (k.to(tl.float32) * k_scale).to(q.dtype)  # unfolded baseline: every K element scaled
-                if KV_UPCAST == 1:
-                    k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
-                s = tl.dot(q, tl.trans(k.to(q.dtype)))
+            sub = (it % SUBTILES) * BLOCK_N  # first slot of the slice
+            slot = sub + offs_n
+            cols = slot < n_visible
+            if KV_TMA:
+                k = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), 0]).reshape(BLOCK_N, HEAD_DIM)
+            else:
+                k = tl.load(
+                    kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                    + (0 + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
+            k = (k.to(tl.float32) * k_scale).to(q.dtype)  # unfolded baseline: every K element scaled
+            if KV_UPCAST == 1:
+                k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
+            s = tl.dot(q, tl.trans(k.to(q.dtype)))
+            if partial:
+                s = tl.where(((tokens >> row_t) & 1 != 0)[:, None] & (slot[None, :] < kv_end_row[:, None] - blk * PAGE), s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
+            # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_shift)
+            p = tl.exp2(s * qk_scale - m_shift[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            if KV_TMA:
+                v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
+            else:
+                v = tl.load(
+                    kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                    + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
+            if V_CVT_ASM:
+                # Converted where it was loaded, so the transpose moves fp16; the slots no row sees are
+                # zeroed by the same asm (one AND a 4 keys' word), for a TMA box's sake (below).
+                v = _e4m3_to_fp16_keep(v, cols)
+            v = (v.to(tl.float32) * v_scale).to(q.dtype)
+            if KV_UPCAST == 1:
+                v = v.to(tl.float32)
+            v = v.to(q.dtype)
+            if KV_TMA and not V_CVT_ASM:
+                # A TMA box also reads slots no row sees, which may hold anything, NaN included:
+                # p = 0 there, but 0 * NaN would reach the accumulator.
                 if partial:
-                    s = tl.where(((tokens >> row_t) & 1 != 0)[:, None] & (slot[None, :] < kv_end_row[:, None] - blk * PAGE), s, float("-inf"))
-                m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
-                # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
-                m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = tl.exp2(m_i - m_shift)
-                p = tl.exp2(s * qk_scale - m_shift[:, None])
-                l_i = l_i * alpha + tl.sum(p, axis=1)
-                if KV_TMA:
-                    v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
-                else:
-                    v = tl.load(
-                        kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
-                        + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=cols[:, None], other=0.0)
-                if V_CVT_ASM:
-                    # Converted where it was loaded, so the transpose moves fp16; the slots no row sees are
-                    # zeroed by the same asm (one AND a 4 keys' word), for a TMA box's sake (below).
-                    v = _e4m3_to_fp16_keep(v, cols)
-                v = (v.to(tl.float32) * v_scale).to(q.dtype)
-                if KV_UPCAST == 1:
-                    v = v.to(tl.float32)
-                v = v.to(q.dtype)
-                if KV_TMA and not V_CVT_ASM:
-                    # A TMA box also reads slots no row sees, which may hold anything, NaN included:
-                    # p = 0 there, but 0 * NaN would reach the accumulator.
-                    if partial:
-                        v = tl.where(cols[:, None], v, 0.0)
-                pv = tl.dot(p.to(q.dtype), v)
-                acc = acc * alpha[:, None] + pv
-                m_i = m_new
+                    v = tl.where(cols[:, None], v, 0.0)
+            pv = tl.dot(p.to(q.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            m_i = m_new
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     o = acc / l_safe[:, None]
@@ -390,4 +389,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '773259726254d0ffb6a2612b06210b0ce3a918ebe7b879e0f2dfe02e06634471'
+INPUTS_SHA256 = '611ffe621561a4eed18f9e03e63eff336fa468240a06f0136a0de8deb3ced076'
