@@ -287,6 +287,20 @@ def _ws_consumer(q_s, k16, v16, bars, o_desc, n_steps, N, qk_scale, BM: gl.const
 
 
 @gluon.jit
+def init_rings(kbar, vbar, kready, vready, kempty, vempty, NS: gl.constexpr, NC: gl.constexpr):
+    """The warp-specialized kernels' barriers: kbar / vbar a TMA stage (expect-tx), kready / vready /
+    kempty / vempty an fp16 stage; count 1: mbarrier.arrive is one thread's arrive (after a thread_barrier)."""
+    for i in gl.static_range(NS):
+        mbarrier.init(kbar.index(i), count=1)
+        mbarrier.init(vbar.index(i), count=1)
+    for i in gl.static_range(NC):
+        mbarrier.init(kready.index(i), count=1)
+        mbarrier.init(vready.index(i), count=1)
+        mbarrier.init(kempty.index(i), count=1)
+        mbarrier.init(vempty.index(i), count=1)
+
+
+@gluon.jit
 def _attn_fwd_ws(q_ptr, k_desc, v_desc, o_desc, sm_scale, N, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
                  NS: gl.constexpr, NUM_WARPS: gl.constexpr, CR: gl.constexpr, NC: gl.constexpr,
                  PRODUCER_REGS: gl.constexpr):
@@ -315,14 +329,7 @@ def _attn_fwd_ws(q_ptr, k_desc, v_desc, o_desc, sm_scale, N, BM: gl.constexpr, B
     vready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
     kempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
     vempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NS):
-        mbarrier.init(kbar.index(i), count=1)
-        mbarrier.init(vbar.index(i), count=1)
-    for i in gl.static_range(NC):  # count 1: mbarrier.arrive is one thread's arrive (after a thread_barrier)
-        mbarrier.init(kready.index(i), count=1)
-        mbarrier.init(vready.index(i), count=1)
-        mbarrier.init(kempty.index(i), count=1)
-        mbarrier.init(vempty.index(i), count=1)
+    init_rings(kbar, vbar, kready, vready, kempty, vempty, NS, NC)
 
     offs_qm = gl.arange(0, BM, layout=gl.SliceLayout(1, q_ld_layout))
     offs_qd = gl.arange(0, D, layout=gl.SliceLayout(0, q_ld_layout))
@@ -385,24 +392,15 @@ def run(q, k, v, out, BM, BN, num_warps, num_stages, cvt_rows=None, v_early=None
     return out
 
 
-def compile_sm90(BM, BN, num_warps, num_stages, cvt_rows=None, v_early=None, ws=0, n_cvt=2, producer_regs=56):
-    """Ahead-of-time sm90 compile (no GPU needed); returns (compiled, ptxas log)."""
+def compile_gluon_sm90(fn, sample, constexprs, options):
+    """Ahead-of-time sm90 compile of the Gluon kernel `fn` (no GPU needed): non-constexpr arguments are
+    specialized as the JIT would on `sample` (their values by name); returns (compiled, ptxas log)."""
     from triton import knobs
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import CUDABackend
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    sample = dict(q_ptr=torch.empty(16, dtype=torch.bfloat16),
-                  k_desc=_fp8_desc(torch.empty(4 * BN, D, dtype=torch.float8_e4m3fn), BN),
-                  v_desc=_fp8_desc(torch.empty(4 * BN, D, dtype=torch.float8_e4m3fn), BN),
-                  o_desc=_out_desc(torch.empty(4 * BM, D, dtype=torch.bfloat16), BM), sm_scale=D ** -0.5, N=N)
-    constexprs = dict(BM=BM, BN=BN, D=D, NS=num_stages, NUM_WARPS=num_warps,
-                      **_extra(BN, num_warps, cvt_rows, v_early, ws, n_cvt, producer_regs))
-    fn = _kernel(ws)
-    options = dict(num_warps=num_warps, num_stages=num_stages)
-    if _maxnreg(num_warps, ws, producer_regs):
-        options["maxnreg"] = _maxnreg(num_warps, ws, producer_regs)
     signature, attrs = {}, {}
     for index, name in enumerate(fn.arg_names):
         if name in constexprs:
@@ -417,9 +415,23 @@ def compile_sm90(BM, BN, num_warps, num_stages, cvt_rows=None, v_early=None, ws=
     with knobs.compilation.scope(), knobs.nvidia.scope(), contextlib.redirect_stdout(log):
         knobs.compilation.always_compile = True
         knobs.nvidia.dump_ptxas_log = True
-        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                  options=options)
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     return compiled, log.getvalue()
+
+
+def compile_sm90(BM, BN, num_warps, num_stages, cvt_rows=None, v_early=None, ws=0, n_cvt=2, producer_regs=56):
+    """Ahead-of-time sm90 compile (no GPU needed); returns (compiled, ptxas log)."""
+    sample = dict(q_ptr=torch.empty(16, dtype=torch.bfloat16),
+                  k_desc=_fp8_desc(torch.empty(4 * BN, D, dtype=torch.float8_e4m3fn), BN),
+                  v_desc=_fp8_desc(torch.empty(4 * BN, D, dtype=torch.float8_e4m3fn), BN),
+                  o_desc=_out_desc(torch.empty(4 * BM, D, dtype=torch.bfloat16), BM), sm_scale=D ** -0.5, N=N)
+    constexprs = dict(BM=BM, BN=BN, D=D, NS=num_stages, NUM_WARPS=num_warps,
+                      **_extra(BN, num_warps, cvt_rows, v_early, ws, n_cvt, producer_regs))
+    fn = _kernel(ws)
+    options = dict(num_warps=num_warps, num_stages=num_stages)
+    if _maxnreg(num_warps, ws, producer_regs):
+        options["maxnreg"] = _maxnreg(num_warps, ws, producer_regs)
+    return compile_gluon_sm90(fn, sample, constexprs, options)
 
 
 def _label(c):

@@ -86,6 +86,7 @@ import traceback
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -94,6 +95,8 @@ from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
+
+from gluon_rung import compile_gluon_sm90, init_rings  # noqa: E402  (the rung's barrier rings and AOT compile)
 
 D = 128
 PAGE = 128
@@ -300,14 +303,7 @@ def _prefill_ws(q_ptr, kv_desc, o_desc, plan_ptr, count_ptr, cu_ptr, seq_lens_pt
     vready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
     kempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
     vempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NS):
-        mbarrier.init(kbar.index(i), count=1)
-        mbarrier.init(vbar.index(i), count=1)
-    for i in gl.static_range(NC):  # count 1: mbarrier.arrive is one thread's arrive (after a thread_barrier)
-        mbarrier.init(kready.index(i), count=1)
-        mbarrier.init(vready.index(i), count=1)
-        mbarrier.init(kempty.index(i), count=1)
-        mbarrier.init(vempty.index(i), count=1)
+    init_rings(kbar, vbar, kready, vready, kempty, vempty, NS, NC)
     fence_async_shared()  # barrier inits and q visible to the TMA unit / wgmma
     gl.thread_barrier()
 
@@ -516,12 +512,6 @@ def plan_check():
 # ahead-of-time compile
 def compile_sm90(cfg):
     """sm90 compile here (no GPU); returns (compiled, ptxas log)."""
-    from triton import knobs
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import CUDABackend
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     BN, NS, NC, CR, PR = cfg
     i32 = lambda n: torch.empty(n, dtype=torch.int32)  # noqa: E731
     kv = torch.empty(8, PAGE, 4, 2 * D, dtype=torch.float8_e4m3fn).permute(0, 2, 1, 3)
@@ -530,24 +520,7 @@ def compile_sm90(cfg):
                   cu_ptr=i32(4), seq_lens_ptr=i32(4), prefix_lens_ptr=i32(4),
                   k_scale_ptr=torch.empty(1), v_scale_ptr=torch.empty(1), sm_scale=D ** -0.5,
                   stride_q_t=64 * D, stride_q_h=D, HQ=64)
-    constexprs = _constexprs(*cfg)
-    fn = _prefill_ws
-    signature, attrs = {}, {}
-    for index, name in enumerate(fn.arg_names):
-        if name in constexprs:
-            signature[name] = "constexpr"
-            continue
-        kind, desc = native_specialize_impl(CUDABackend, sample[name], False, True, True)
-        signature[name] = kind
-        if isinstance(desc, str):
-            attrs[(index,)] = CUDABackend.parse_attr(desc)
-    src = GluonASTSource(fn, signature, constexprs, attrs)
-    log = io.StringIO()
-    with knobs.compilation.scope(), knobs.nvidia.scope(), contextlib.redirect_stdout(log):
-        knobs.compilation.always_compile = True
-        knobs.nvidia.dump_ptxas_log = True
-        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=NUM_WARPS))
-    return compiled, log.getvalue()
+    return compile_gluon_sm90(_prefill_ws, sample, _constexprs(*cfg), dict(num_warps=NUM_WARPS))
 
 
 def label(cfg):
