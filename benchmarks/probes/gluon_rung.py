@@ -86,6 +86,19 @@ def _upcast(src, dst, BN: gl.constexpr, CR: gl.constexpr, cvt_layout: gl.constex
 
 
 @gluon.jit
+def _online_softmax(qk, m_i, l_i, acc, qk_scale, o_layout: gl.constexpr):
+    """One step's base-2 online softmax: the rescaled accumulator, the new row maxima and sums, and P as the
+    fp16 A operand of PV. The diagonal (masked) steps come first, so every row's maximum is finite."""
+    m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(qk * qk_scale - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, 1)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    p16 = gl.convert_layout(p.to(gl.float16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    return acc, m_new, l_i, p16
+
+
+@gluon.jit
 def _step(j, acc, m_i, l_i, q_s, k8, v8, k16, v16, kbar, vbar, k_desc, v_desc, row0, n_steps, n_full, qk_scale,
           MASKED: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, CR: gl.constexpr,
           V_EARLY: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr, cvt_layout: gl.constexpr):
@@ -115,14 +128,26 @@ def _step(j, acc, m_i, l_i, q_s, k8, v8, k16, v16, kbar, vbar, k_desc, v_desc, r
         offs_m = gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
         offs_n = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
         qk = gl.where(offs_m[:, None] >= offs_n[None, :], qk, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
-    alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(qk * qk_scale - m_new[:, None])
-    l_i = l_i * alpha + gl.sum(p, 1)
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    p16 = gl.convert_layout(p.to(gl.float16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    acc, m_new, l_i, p16 = _online_softmax(qk, m_i, l_i, acc, qk_scale, o_layout)
     acc = warpgroup_mma(p16, v16.index(b), acc, is_async=True)  # PV(j): left in flight
     return acc, m_new, l_i
+
+
+@gluon.jit
+def _store_out(acc, l_i, q_s, o_desc, N, BM: gl.constexpr, D: gl.constexpr, o_layout: gl.constexpr):
+    """Epilogue through shared memory and a TMA store; q's buffer is free (every QK retired before the
+    last step's thread_barrier) and has the bf16 tile's size and swizzle."""
+    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    o_s = q_s._reinterpret(gl.bfloat16, [BM, D], o_desc.layout)
+    o_s.store(o.to(gl.bfloat16))
+    fence_async_shared()
+    gl.thread_barrier()
+    # block ids re-read here (an impure asm is not CSE'd), so no row offset stays live across the loops:
+    # that spilled a register at 4 warps
+    ids = gl.inline_asm_elementwise("mov.u32 $0, %ctaid.x; mov.u32 $1, %ctaid.y;", "=r,=r,r", [gl.to_tensor(0)],
+                                    dtype=(gl.int32, gl.int32), is_pure=False, pack=1)
+    tma.async_copy_shared_to_global(o_desc, [(ids[1] * N + ids[0] * BM), 0], o_s)
+    tma.store_wait(0)
 
 
 @gluon.jit
@@ -186,19 +211,7 @@ def _attn_fwd(q_ptr, k_desc, v_desc, o_desc, sm_scale, N, BM: gl.constexpr, BN: 
         mbarrier.invalidate(kbar.index(i))
         mbarrier.invalidate(vbar.index(i))
 
-    # Epilogue through shared memory and a TMA store; q's buffer is free (every QK retired before the
-    # last step's thread_barrier) and has the bf16 tile's size and swizzle.
-    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    o_s = q_s._reinterpret(gl.bfloat16, [BM, D], o_desc.layout)
-    o_s.store(o.to(gl.bfloat16))
-    fence_async_shared()
-    gl.thread_barrier()
-    # block ids re-read here (an impure asm is not CSE'd), so no row offset stays live across the loops:
-    # that spilled a register at 4 warps
-    ids = gl.inline_asm_elementwise("mov.u32 $0, %ctaid.x; mov.u32 $1, %ctaid.y;", "=r,=r,r", [gl.to_tensor(0)],
-                                    dtype=(gl.int32, gl.int32), is_pure=False, pack=1)
-    tma.async_copy_shared_to_global(o_desc, [(ids[1] * N + ids[0] * BM), 0], o_s)
-    tma.store_wait(0)
+    _store_out(acc, l_i, q_s, o_desc, N, BM, D, o_layout)
 
 
 @gluon.jit
@@ -247,12 +260,7 @@ def _ws_step(j, acc, m_i, l_i, q_s, k16, v16, bars, qk_scale, MASKED: gl.constex
         offs_m = gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
         offs_n = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
         qk = gl.where(offs_m[:, None] >= offs_n[None, :], qk, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
-    alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(qk * qk_scale - m_new[:, None])
-    l_i = l_i * alpha + gl.sum(p, 1)
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    p16 = gl.convert_layout(p.to(gl.float16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    acc, m_new, l_i, p16 = _online_softmax(qk, m_i, l_i, acc, qk_scale, o_layout)
     mbarrier.wait(vready.index(c), ph)
     acc = warpgroup_mma(p16, v16.index(c), acc, is_async=True)  # PV(j): left in flight
     return acc, m_new, l_i
@@ -275,21 +283,27 @@ def _ws_consumer(q_s, k16, v16, bars, o_desc, n_steps, N, qk_scale, BM: gl.const
         acc, m_i, l_i = _ws_step(j, acc, m_i, l_i, q_s, k16, v16, bars, qk_scale, False, BM, BN, NC, s_layout,
                                  o_layout)
     acc = warpgroup_mma_wait(0, deps=[acc])
-    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    o_s = q_s._reinterpret(gl.bfloat16, [BM, D], o_desc.layout)  # every QK retired: q's buffer is free
-    o_s.store(o.to(gl.bfloat16))
-    fence_async_shared()
-    gl.thread_barrier()
-    ids = gl.inline_asm_elementwise("mov.u32 $0, %ctaid.x; mov.u32 $1, %ctaid.y;", "=r,=r,r", [gl.to_tensor(0)],
-                                    dtype=(gl.int32, gl.int32), is_pure=False, pack=1)
-    tma.async_copy_shared_to_global(o_desc, [(ids[1] * N + ids[0] * BM), 0], o_s)
-    tma.store_wait(0)
+    _store_out(acc, l_i, q_s, o_desc, N, BM, D, o_layout)
 
 
 @gluon.jit
-def init_rings(kbar, vbar, kready, vready, kempty, vempty, NS: gl.constexpr, NC: gl.constexpr):
-    """The warp-specialized kernels' barriers: kbar / vbar a TMA stage (expect-tx), kready / vready /
-    kempty / vempty an fp16 stage; count 1: mbarrier.arrive is one thread's arrive (after a thread_barrier)."""
+def alloc_rings(BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, NC: gl.constexpr):
+    """The warp-specialized kernels' shared memory: the fp8 K/V ring (NS TMA stages, kbar / vbar with
+    expect-tx), the fp16 ring (NC stages, kready / vready / kempty / vempty), each barrier of count 1:
+    mbarrier.arrive is one thread's arrive (after a thread_barrier). Returns (k8, v8, k16, v16, bars). The fp8
+    tiles take the default layout of a [BN, D] e4m3 tile, as the K/V descriptors do."""
+    f8_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float8e4nv)
+    f16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float16)
+    k8 = gl.allocate_shared_memory(gl.float8e4nv, [NS, BN, D], f8_layout)
+    v8 = gl.allocate_shared_memory(gl.float8e4nv, [NS, BN, D], f8_layout)
+    k16 = gl.allocate_shared_memory(gl.float16, [NC, BN, D], f16_layout)
+    v16 = gl.allocate_shared_memory(gl.float16, [NC, BN, D], f16_layout)
+    kbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    vbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    kready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
+    vready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
+    kempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
+    vempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NS):
         mbarrier.init(kbar.index(i), count=1)
         mbarrier.init(vbar.index(i), count=1)
@@ -298,6 +312,7 @@ def init_rings(kbar, vbar, kready, vready, kempty, vempty, NS: gl.constexpr, NC:
         mbarrier.init(vready.index(i), count=1)
         mbarrier.init(kempty.index(i), count=1)
         mbarrier.init(vempty.index(i), count=1)
+    return k8, v8, k16, v16, (kbar, vbar, kready, vready, kempty, vempty)
 
 
 @gluon.jit
@@ -311,7 +326,6 @@ def _attn_fwd_ws(q_ptr, k_desc, v_desc, o_desc, sm_scale, N, BM: gl.constexpr, B
     gl.static_assert(NC >= 2)
     cvt_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])  # producer: 4 warps
     q_ld_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [NUM_WARPS, 1], [1, 0])
-    f16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float16)
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, D], gl.float16)
 
     pid = gl.program_id(0)
@@ -319,17 +333,7 @@ def _attn_fwd_ws(q_ptr, k_desc, v_desc, o_desc, sm_scale, N, BM: gl.constexpr, B
     row0 = bh * N
     q_lo = pid * BM
 
-    k8 = gl.allocate_shared_memory(k_desc.dtype, [NS, BN, D], k_desc.layout)
-    v8 = gl.allocate_shared_memory(v_desc.dtype, [NS, BN, D], v_desc.layout)
-    k16 = gl.allocate_shared_memory(gl.float16, [NC, BN, D], f16_layout)
-    v16 = gl.allocate_shared_memory(gl.float16, [NC, BN, D], f16_layout)
-    kbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    vbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    kready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    vready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    kempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    vempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    init_rings(kbar, vbar, kready, vready, kempty, vempty, NS, NC)
+    k8, v8, k16, v16, bars = alloc_rings(BN, D, NS, NC)
 
     offs_qm = gl.arange(0, BM, layout=gl.SliceLayout(1, q_ld_layout))
     offs_qd = gl.arange(0, D, layout=gl.SliceLayout(0, q_ld_layout))
@@ -341,7 +345,6 @@ def _attn_fwd_ws(q_ptr, k_desc, v_desc, o_desc, sm_scale, N, BM: gl.constexpr, B
     n_full = q_lo // BN
     n_steps = (q_lo + BM) // BN
     qk_scale = sm_scale * 1.4426950408889634
-    bars = (kbar, vbar, kready, vready, kempty, vempty)
     gl.warp_specialize([
         (_ws_consumer, (q_s, k16, v16, bars, o_desc, n_steps, N, qk_scale, BM, BN, D, NC, NUM_WARPS)),
         (_ws_producer, (k_desc, v_desc, k8, v8, k16, v16, bars, row0, n_steps, n_full, BM, BN, NS, NC, CR,

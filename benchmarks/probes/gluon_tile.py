@@ -96,7 +96,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
 
-from gluon_rung import compile_gluon_sm90, init_rings  # noqa: E402  (the rung's barrier rings and AOT compile)
+from gluon_rung import alloc_rings, compile_gluon_sm90  # noqa: E402  (the rung's rings and AOT compile)
 
 D = 128
 PAGE = 128
@@ -291,23 +291,10 @@ def _prefill_ws(q_ptr, kv_desc, o_desc, plan_ptr, count_ptr, cu_ptr, seq_lens_pt
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, D], gl.float16)
     q_s = gl.allocate_shared_memory(gl.float16, [BM, D], q_layout, (qf * q_mul).to(gl.float16))
 
-    f8_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float8e4nv)
-    f16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float16)
-    k8 = gl.allocate_shared_memory(gl.float8e4nv, [NS, BN, D], f8_layout)
-    v8 = gl.allocate_shared_memory(gl.float8e4nv, [NS, BN, D], f8_layout)
-    k16 = gl.allocate_shared_memory(gl.float16, [NC, BN, D], f16_layout)
-    v16 = gl.allocate_shared_memory(gl.float16, [NC, BN, D], f16_layout)
-    kbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    vbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    kready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    vready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    kempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    vempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    init_rings(kbar, vbar, kready, vready, kempty, vempty, NS, NC)
+    k8, v8, k16, v16, bars = alloc_rings(BN, D, NS, NC)
     fence_async_shared()  # barrier inits and q visible to the TMA unit / wgmma
     gl.thread_barrier()
 
-    bars = (kbar, vbar, kready, vready, kempty, vempty)
     gl.warp_specialize([
         (_consumer, (q_s, k16, v16, bars, o_desc, plan_row, n_steps, qk_scale, v_scale, kv_lo, seq_len, n_tok,
                      q_start + i0, HQ, g * GQA, BM, BN, D, NC, GQA, BT, PLANS, NUM_WARPS)),

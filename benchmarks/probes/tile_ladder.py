@@ -27,12 +27,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
-
-@triton.jit
-def _to_fp16(x):
-    return tl.inline_asm_elementwise(
-        asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
-        constraints="=r,=r,r", args=[x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=False, pack=4)
+# The prefill kernel's own fp8 -> fp16 conversion (kv_upcast 3), so the fp8 rung converts as it does.
+from codegen.generated.sm90_prefill_scalar import _e4m3_to_fp16  # noqa: E402
 
 
 @triton.jit
@@ -54,7 +50,7 @@ def _dense(q_ptr, k_desc, v_desc, o_ptr, sm_scale, N, BM: tl.constexpr, BN: tl.c
     for start in range(0, (pid + 1) * BM, BN):
         k = k_desc.load([bh * N + start, 0])
         if FP8:
-            k = _to_fp16(k)
+            k = _e4m3_to_fp16(k)
         s = tl.dot(q, tl.trans(k))
         if start + BN > pid * BM:
             s = tl.where(offs_m[:, None] >= start + offs_n[None, :], s, float("-inf"))
@@ -64,7 +60,7 @@ def _dense(q_ptr, k_desc, v_desc, o_ptr, sm_scale, N, BM: tl.constexpr, BN: tl.c
         l_i = l_i * alpha + tl.sum(p, 1)
         v = v_desc.load([bh * N + start, 0])
         if FP8:
-            v = _to_fp16(v)
+            v = _e4m3_to_fp16(v)
         if VREG:
             v = tl.where((start + offs_n < N)[:, None], v, 0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
@@ -73,7 +69,7 @@ def _dense(q_ptr, k_desc, v_desc, o_ptr, sm_scale, N, BM: tl.constexpr, BN: tl.c
     tl.store(o_ptr + base + offs_m[:, None] * D + offs_d[None, :], o.to(o_ptr.dtype.element_ty))
 
 
-def dense_rungs(args, flops_peak):
+def dense_rungs(flops_peak):
     from codegen.timing import graph_time
     B, H, N, D = 4, 64, 2048, 128
     flops = 4 * B * H * D * (N * (N + 1) // 2)  # causal: QK and PV over the visible keys
@@ -121,7 +117,7 @@ def dense_rungs(args, flops_peak):
     return rows
 
 
-def tile_rungs(args, flops_peak, configs):
+def tile_rungs(flops_peak, configs):
     import bench
     from codegen import api
     from codegen.accuracy import compare
@@ -169,8 +165,8 @@ def main() -> None:
     print(f"bf16 matmul: {peak / 1e12:.0f} TFLOP/s; torch {torch.__version__}, triton {triton.__version__}", flush=True)
     result = dict(peak_tflops=round(peak / 1e12, 1), torch=torch.__version__, triton=triton.__version__,
                   device=torch.cuda.get_device_name())
-    result["dense"] = [] if args.no_dense else dense_rungs(args, peak)
-    result["tiles"] = tile_rungs(args, peak, json.loads(args.configs))
+    result["dense"] = [] if args.no_dense else dense_rungs(peak)
+    result["tiles"] = tile_rungs(peak, json.loads(args.configs))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "tile_ladder.json").write_text(json.dumps(result, indent=1))
 
