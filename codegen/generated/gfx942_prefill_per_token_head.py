@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 7916aaba30d2b3012033e3283fbca58d155499c398094b66625650c81309d21f
+# inputs-sha256: 537150ef3121b4353b888f4037f74f7b7bf2ad867c81c116b43f9d6acfab0c53
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -335,9 +335,11 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
     kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
-    # The tile plans' scratch (the per-token walk has none: the output stands in, never read).
-    plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * config.block_t * triton.next_power_of_2(topk),
-                        dtype=torch.int64, device=q.device) if config.block_t > 1 else output)
+    consts = constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
+                        config=config, kv_tma=kv_tma)
+    # The tile plans' scratch, [programs, 2, PLAN] (the per-token walk has none: the output stands in, never read).
+    plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * consts["PLAN"], dtype=torch.int64, device=q.device)
+            if config.block_t > 1 else output)
     args = (
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output, plan,
@@ -346,13 +348,11 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
         k_scale.stride(0), k_scale.stride(1), v_scale.stride(0), v_scale.stride(1),
     )
-    kwargs = dict(**constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
-                               config=config, kv_tma=kv_tma),
-                  **options(config))
+    kwargs = dict(**consts, **options(config))
     if record is not None:
         record.append((_msa_prefill_kernel, grid, args, kwargs))
     else:
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '7916aaba30d2b3012033e3283fbca58d155499c398094b66625650c81309d21f'
+INPUTS_SHA256 = '537150ef3121b4353b888f4037f74f7b7bf2ad867c81c116b43f9d6acfab0c53'

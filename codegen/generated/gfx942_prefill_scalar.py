@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: d3a34778ffa3acebd0a9627a5d7b17a1fa840bbf3d54dff2d1de4a4e9bde763e
+# inputs-sha256: 012de6f3841bf073d042f5499d6d8d8021224e241f868e3781430b28ea1b1032
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -290,9 +290,11 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
     kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
-    # The tile plans' scratch (the per-token walk has none: the output stands in, never read).
-    plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * config.block_t * triton.next_power_of_2(topk),
-                        dtype=torch.int64, device=q.device) if config.block_t > 1 else output)
+    consts = constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
+                        config=config, kv_tma=kv_tma)
+    # The tile plans' scratch, [programs, 2, PLAN] (the per-token walk has none: the output stands in, never read).
+    plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * consts["PLAN"], dtype=torch.int64, device=q.device)
+            if config.block_t > 1 else output)
     args = (
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output, plan,
@@ -300,13 +302,11 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         float(sm_scale), topk,
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
     )
-    kwargs = dict(**constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
-                               config=config, kv_tma=kv_tma),
-                  **options(config))
+    kwargs = dict(**consts, **options(config))
     if record is not None:
         record.append((_msa_prefill_kernel, grid, args, kwargs))
     else:
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'd3a34778ffa3acebd0a9627a5d7b17a1fa840bbf3d54dff2d1de4a4e9bde763e'
+INPUTS_SHA256 = '012de6f3841bf073d042f5499d6d8d8021224e241f868e3781430b28ea1b1032'

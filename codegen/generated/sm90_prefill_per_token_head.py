@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 97c27bd01a5063a15638bebecf91aa7790736126367c64b2128fc620e0bc4038
+# inputs-sha256: 3b04eb1bd667edd757ea842618f0087c835c6394931d27af605dcd72890b549c
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -415,9 +415,11 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
     kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
-    # The tile plans' scratch (the per-token walk has none: the output stands in, never read).
-    plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * config.block_t * triton.next_power_of_2(topk),
-                        dtype=torch.int64, device=q.device) if config.block_t > 1 else output)
+    consts = constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
+                        config=config, kv_tma=kv_tma)
+    # The tile plans' scratch, [programs, 2, PLAN] (the per-token walk has none: the output stands in, never read).
+    plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * consts["PLAN"], dtype=torch.int64, device=q.device)
+            if config.block_t > 1 else output)
     args = (
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output, plan,
@@ -426,13 +428,11 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
         k_scale.stride(0), k_scale.stride(1), v_scale.stride(0), v_scale.stride(1),
     )
-    kwargs = dict(**constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
-                               config=config, kv_tma=kv_tma),
-                  **options(config))
+    kwargs = dict(**consts, **options(config))
     if record is not None:
         record.append((_msa_prefill_kernel, grid, args, kwargs))
     else:
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '97c27bd01a5063a15638bebecf91aa7790736126367c64b2128fc620e0bc4038'
+INPUTS_SHA256 = '3b04eb1bd667edd757ea842618f0087c835c6394931d27af605dcd72890b549c'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: cd37e2e88a2b7aa95475b4bc7ef5f9b3f73f5b9b47fa45a20541b50c7150aecd
+# inputs-sha256: e204a775d846876132b7ff977d690a801c4b6acb654101d3745655c7ef1d77d7
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -370,9 +370,11 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
     kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
-    # The tile plans' scratch (the per-token walk has none: the output stands in, never read).
-    plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * config.block_t * triton.next_power_of_2(topk),
-                        dtype=torch.int64, device=q.device) if config.block_t > 1 else output)
+    consts = constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
+                        config=config, kv_tma=kv_tma)
+    # The tile plans' scratch, [programs, 2, PLAN] (the per-token walk has none: the output stands in, never read).
+    plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * consts["PLAN"], dtype=torch.int64, device=q.device)
+            if config.block_t > 1 else output)
     args = (
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
         output, plan,
@@ -380,13 +382,11 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         float(sm_scale), topk,
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
     )
-    kwargs = dict(**constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
-                               config=config, kv_tma=kv_tma),
-                  **options(config))
+    kwargs = dict(**consts, **options(config))
     if record is not None:
         record.append((_msa_prefill_kernel, grid, args, kwargs))
     else:
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'cd37e2e88a2b7aa95475b4bc7ef5f9b3f73f5b9b47fa45a20541b50c7150aecd'
+INPUTS_SHA256 = 'e204a775d846876132b7ff977d690a801c4b6acb654101d3745655c7ef1d77d7'
