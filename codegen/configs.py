@@ -40,6 +40,12 @@ class LaunchConfig:
         whole slice in shared memory: fewer registers for the pointers, more shared memory, so which
         is faster depends on the path (on the H200 the bf16 per-token prefill walk took 127 registers
         and 55 KB with TMA, 104 and 39 KB without).
+    warp_specialize: prefill, sm90, fp8 cache with scalar or per_token_head scales. 1 = the Gluon
+        tile (templates/prefill_ws.py.jinja): 128 rows a program (block_t = 128 // GQA), a page a
+        step (block_n 128), 8 MMA warps fed fp16 K/V by 4 converter warps (num_warps 8 counts the
+        MMA warps; num_stages 2: the fp8 and fp16 rings; kv_upcast 2: fp16 MMAs; kv_tma 1).
+    convert_rows: with warp_specialize only; rows of a K/V page the converter warps convert at a
+        time (fewer: fewer registers, more barriers). 0 without warp_specialize.
     waves_per_eu, matrix_instr_nonkdim, kpack: gfx942 only (0 / 0 / 1 mean "backend default").
     """
 
@@ -52,6 +58,8 @@ class LaunchConfig:
     fused_merge: int = 0
     kv_upcast: int = 0
     kv_tma: int = 1
+    warp_specialize: int = 0
+    convert_rows: int = 0
     waves_per_eu: int = 0
     matrix_instr_nonkdim: int = 0
     kpack: int = 1
@@ -145,6 +153,7 @@ def validate_config(config: LaunchConfig, *, arch: str, kernel: str, topk: int |
     if config.num_splits < 1 or (topk is not None and config.num_splits > topk):
         bound = f"[1, topk={topk}]" if topk is not None else ">= 1"
         raise ValueError(f"config.num_splits: expected {bound}, got {config.num_splits}")
+    _validate_warp_specialize(config, spec, kernel)
     if spec.amd_knobs:
         if config.waves_per_eu not in range(0, 9):
             raise ValueError(f"config.waves_per_eu: expected 0..8, got {config.waves_per_eu}")
@@ -158,6 +167,37 @@ def validate_config(config: LaunchConfig, *, arch: str, kernel: str, topk: int |
             if getattr(config, knob) != getattr(defaults, knob):
                 raise ValueError(f"config.{knob}: an AMD (gfx942) launch option, not available on {arch}")
     return config
+
+
+# The fields a warp-specialized (Gluon) tile fixes: its design, not knobs (LaunchConfig's docstring).
+WS_FIXED = dict(block_n=128, num_warps=8, num_stages=2, kv_upcast=2, kv_tma=1)
+WS_CONVERT_ROWS = (16, 32, 64, 128)
+
+
+def _validate_warp_specialize(config: LaunchConfig, spec, kernel: str) -> None:
+    if config.warp_specialize not in (0, 1):
+        raise ValueError(f"config.warp_specialize: expected 0 (Triton-language tile) or 1 (Gluon tile), "
+                         f"got {config.warp_specialize}")
+    if not config.warp_specialize:
+        if config.convert_rows != 0:
+            raise ValueError(f"config.convert_rows: a warp_specialize=1 parameter, leave it 0, got {config.convert_rows}")
+        return
+    if kernel != "prefill" or not spec.gluon_ws:
+        raise ValueError(f"config.warp_specialize: 1 is a prefill tile written for sm90, not {kernel} on {spec.name}")
+    if config.block_t < 2:
+        raise ValueError(f"config.block_t: the warp-specialized tile holds 128 // GQA tokens, got {config.block_t}")
+    for field, value in WS_FIXED.items():
+        if getattr(config, field) != value:
+            raise ValueError(f"config.{field}: the warp-specialized tile (warp_specialize=1) takes {value}, "
+                             f"got {getattr(config, field)}")
+    if config.convert_rows not in WS_CONVERT_ROWS:
+        raise ValueError(f"config.convert_rows: expected one of {WS_CONVERT_ROWS} with warp_specialize=1, "
+                         f"got {config.convert_rows}")
+
+
+def ws_config(*, gqa: int, convert_rows: int = 32) -> LaunchConfig:
+    """The warp-specialized tile's config for a GQA ratio (block_t = 128 // GQA)."""
+    return LaunchConfig(block_t=128 // gqa, warp_specialize=1, convert_rows=convert_rows, **WS_FIXED)
 
 
 # Untuned defaults per arch: the tuner's first trial and the fallback when no tuned entry exists.

@@ -11,7 +11,10 @@ import dataclasses
 import torch
 
 SCALE_MODES = ("none", "scalar", "per_token_head")
-KERNELS = ("prefill", "decode_split", "decode_merge")
+KERNELS = ("prefill", "decode_split", "decode_merge", "prefill_ws")
+# prefill_ws: the warp-specialized Gluon prefill tile (LaunchConfig.warp_specialize), on archs with
+# ArchSpec.gluon_ws and for the fp8 scale modes below; every other variant exists on every arch.
+WS_SCALE_MODES = ("scalar", "per_token_head")
 # The kernel families a user tunes; decode_split and decode_merge are launched together.
 TUNABLE_KERNELS = ("prefill", "decode")
 
@@ -30,6 +33,7 @@ class ArchSpec:
     # PTX converts e4m3 to fp16 two values an instruction (cvt.rn.f16x2.e4m3x2): kv_upcast 3.
     fp8_cvt_asm: bool
     shared_mem_bytes: int  # per block (sm90) or workgroup LDS (gfx942): limit for configs
+    gluon_ws: bool  # the warp-specialized Gluon prefill tile (prefill_ws) is written for this arch
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -41,6 +45,7 @@ ARCHS: dict[str, ArchSpec] = {
         kv_tma=True,
         fp8_cvt_asm=True,
         shared_mem_bytes=227 * 1024,
+        gluon_ws=True,
     ),
     "gfx942": ArchSpec(
         name="gfx942",
@@ -50,6 +55,7 @@ ARCHS: dict[str, ArchSpec] = {
         kv_tma=False,
         fp8_cvt_asm=False,
         shared_mem_bytes=64 * 1024,
+        gluon_ws=False,
     ),
 }
 
@@ -78,6 +84,12 @@ class Variant:
 
         if not self.fold_scales and self.scale_mode != "scalar":
             raise ValueError(f"fold_scales: only the scalar mode has an unfolded baseline, not {self.scale_mode!r}")
+        if self.kernel == "prefill_ws":
+            if not get_arch(self.arch).gluon_ws:
+                raise ValueError(f"kernel: prefill_ws (the Gluon warp-specialized tile) is written for sm90, not {self.arch!r}")
+            if self.scale_mode not in WS_SCALE_MODES or not self.fold_scales:
+                raise ValueError(f"scale_mode: prefill_ws takes an fp8 cache with scales {WS_SCALE_MODES}, "
+                                 f"not {self.scale_mode!r}{'' if self.fold_scales else ' unfolded'}")
 
     @property
     def name(self) -> str:
@@ -93,6 +105,14 @@ class Variant:
         return f"{self.kernel}.py.jinja"
 
 
+def has_variant(arch: str, kernel: str, scale_mode: str, fold_scales: bool = True) -> bool:
+    """Whether (arch, kernel, scale mode) has a generated module (prefill_ws exists for some only)."""
+    if kernel != "prefill_ws":
+        return fold_scales or scale_mode == "scalar"
+    return get_arch(arch).gluon_ws and scale_mode in WS_SCALE_MODES and fold_scales
+
+
 def all_variants() -> list[Variant]:
-    folded = [Variant(a, k, m) for a in ARCHS for k in KERNELS for m in SCALE_MODES]
-    return folded + [Variant(a, k, "scalar", fold_scales=False) for a in ARCHS for k in KERNELS]
+    folded = [Variant(a, k, m) for a in ARCHS for k in KERNELS for m in SCALE_MODES if has_variant(a, k, m)]
+    return folded + [Variant(a, k, "scalar", fold_scales=False) for a in ARCHS for k in KERNELS
+                     if has_variant(a, k, "scalar", False)]

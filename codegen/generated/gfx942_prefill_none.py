@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/prefill.py.jinja (with templates/_attend.jinja)
+# template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: 0468fee1608eba8be42a1b9a0a6251417778b827e4f559fe9d8e10e8ac1d24b0
+# inputs-sha256: 23fa4b6092e877ee3d319da0525be37c384e0d2177d7b41a9d03cca55f26da55
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -300,4 +300,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '0468fee1608eba8be42a1b9a0a6251417778b827e4f559fe9d8e10e8ac1d24b0'
+INPUTS_SHA256 = '23fa4b6092e877ee3d319da0525be37c384e0d2177d7b41a9d03cca55f26da55'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/prefill.py.jinja (with templates/_attend.jinja)
+# template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: f272774363d628abd81f19baf2e3d4ad825b89c1e1d3b866ff8a0a614ee35650
+# inputs-sha256: 6195bc87c771d10f93aaf497e4553cd6e8c4be993572139da946f3581976b4e0
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -380,4 +380,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'f272774363d628abd81f19baf2e3d4ad825b89c1e1d3b866ff8a0a614ee35650'
+INPUTS_SHA256 = '6195bc87c771d10f93aaf497e4553cd6e8c4be993572139da946f3581976b4e0'
