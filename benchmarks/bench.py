@@ -27,11 +27,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from codegen import LaunchConfig, cases, get_config  # noqa: E402
 from codegen.accuracy import compare  # noqa: E402
-from codegen.configs import default_config  # noqa: E402
+from codegen.configs import default_config, ws_config  # noqa: E402
 from codegen.reference import reference_batched  # noqa: E402
 from codegen.timing import copy_bandwidth, empty_launch_us, graph_time, input_sets, matmul_flops  # noqa: E402
 from codegen.shapes import DEFAULT_MODES, SERVING_LAYOUTS  # noqa: E402
 from codegen.validate import detect_device_arch  # noqa: E402
+from codegen.variants import WS_SCALE_MODES  # noqa: E402
 from codegen.workload import min_bytes, useful_flops  # noqa: E402
 
 # The tuner's default grid: head layouts (q heads, KV heads) and scale mode -> KV dtype.
@@ -106,7 +107,8 @@ SELECTION_COLUMNS = ("tiled", "per_token", "auto")  # prefill's `selection` argu
 def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[LaunchConfig | None, dict]:
     """(the config a column runs, the keyword arguments of its call). 'runtime': what the API does
     by itself (config=None: the loader's tuned entry when a file matches; prefill's selection
-    'auto'); 'untuned': the arch default; 'unfolded': the runtime config in the seed's unfolded
+    'auto'); 'ws' / 'ws:N': the warp-specialized Gluon tile (sm90 fp8 prefill, convert_rows N, 'auto');
+    'untuned': the arch default; 'unfolded': the runtime config in the seed's unfolded
     scalar rendering; 'tiled' / 'per_token' / 'auto': prefill's selection argument, the API
     picking the config (the one shown is the tiled one for auto); or a JSON object overriding
     fields of the runtime config. (None, {}) when the column does not apply to the case."""
@@ -117,6 +119,11 @@ def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[Laun
         if spec.kernel != "prefill":
             return None, {}
         return lookup(per_token=variant == "per_token").config, dict(selection=variant)
+    if variant.startswith("ws"):  # the Gluon tile at convert_rows N ("ws:N", default 16), selection 'auto'
+        if spec.kernel != "prefill" or spec.mode not in WS_SCALE_MODES or arch != "sm90":
+            return None, {}
+        ws = ws_config(gqa=hq // hkv, convert_rows=int(variant.partition(":")[2] or 16))
+        return ws, dict(config=ws, selection="auto")
     runtime = lookup().config
     if variant == "runtime":
         return runtime, {}
@@ -168,7 +175,8 @@ def main(argv=None) -> int:
     parser.add_argument("--configs", nargs="+", default=["runtime", "untuned", "unfolded"],
                         help="columns: runtime (tuned when a file matches), untuned (arch default), unfolded "
                              "(the seed's baseline, scalar only), tiled / per_token / auto (prefill's selection "
-                             "argument), or JSON overrides of the runtime config")
+                             "argument), ws / ws:N (the Gluon prefill tile, convert_rows N), or JSON overrides "
+                             "of the runtime config")
     parser.add_argument("--calls", type=int, default=20, help="calls captured per graph")
     parser.add_argument("--filter", nargs="+", default=[""], help="only cases whose label contains one of these")
     parser.add_argument("--exclude", nargs="+", default=[], help="leave out cases whose label contains one of these")

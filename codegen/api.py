@@ -18,9 +18,10 @@ from . import selection as tile_selection
 from . import selection_kernel
 from . import tuned_store, validate, value_checks
 from .bound_launch import bind_recorded
-from .configs import LaunchConfig, check_kv_upcast, validate_config
+from .configs import LaunchConfig, check_kv_upcast, default_config, per_token_twin, validate_config
 from .loader import TableStamp, get_config
 from .modules import load_module
+from .variants import WS_SCALE_MODES, has_variant
 from .workspace import call_counters
 
 
@@ -47,6 +48,28 @@ def _resolve_config(config, *, kernel, arch, scale_mode, q, kv_cache, num_kv_hea
     validate_config(config, arch=arch, kernel=kernel, topk=topk)
     check_kv_upcast(config, kv_cache.dtype)
     return config
+
+
+def _check_warp_specialize(config, explicit, *, arch, scale_mode, fold_scales, q, kv_cache, num_kv_heads,
+                           output) -> LaunchConfig:
+    """A warp_specialize config as the call can run it. The Gluon tile exists for sm90's fp8 scale
+    modes (variants.WS_SCALE_MODES) and the shapes its module accepts (`unsupported`); a given config
+    that cannot run raises, a table's falls back to the arch's default tile (tables are measured on
+    vLLM's layouts; another layout, the unfolded baseline or the interpreter may not fit it)."""
+    why = None
+    if q.device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        why = "a GPU (Gluon kernels do not run under the Triton interpreter)"
+    elif not has_variant(arch, "prefill_ws", scale_mode, fold_scales):
+        why = (f"an fp8 cache with scales {WS_SCALE_MODES}{'' if fold_scales else ' folded'} on sm90, "
+               f"got scale mode {scale_mode!r} on {arch}")
+    else:
+        why = load_module(arch, "prefill_ws", scale_mode).unsupported(
+            q=q, kv_cache=kv_cache, num_kv_heads=num_kv_heads, output=output, config=config)
+    if why is None:
+        return config
+    if explicit:
+        raise ValueError(f"config.warp_specialize: 1 needs {why}")
+    return default_config(arch, "prefill", num_tokens=q.shape[0], num_kv_heads=num_kv_heads)
 
 
 def _use_pdl(q: torch.Tensor) -> bool:
@@ -113,17 +136,23 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
     else:
         explicit = config is not None
         config = resolve(config)
+        if config.warp_specialize:
+            config = _check_warp_specialize(config, explicit, arch=arch, scale_mode=scale_mode,
+                                            fold_scales=fold_scales, q=q, kv_cache=kv_cache,
+                                            num_kv_heads=num_kv_heads, output=output)
         if selection == "auto" and config.block_t > 1:
             # A given config's per-token twin; else the table's per-token config for this shape (its
             # per_token sub-entry, or the twin of its config: loader.get_config).
-            per_token = resolve(dataclasses.replace(config, block_t=1) if explicit else None, per_token=True)
+            per_token = resolve(per_token_twin(config, arch) if explicit else None, per_token=True)
     module = load_module(arch, "prefill", scale_mode, fold_scales)
+    # The tiles' module: the Gluon warp-specialized tile when the config asks for it.
+    tiles = load_module(arch, "prefill_ws", scale_mode) if config.warp_specialize else module
     roles = call_plans.views(tensors)
     q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens = roles
     recorded = []
     rest = (seq_lens, prefix_lens, max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale)
     if per_token is None:
-        module.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded)
+        tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded)
     else:
         # One launch decides on the device and writes both launches' offsets (the other path's are
         # zeros); its counters are the plan's own (codegen.workspace.call_counters).
@@ -131,7 +160,7 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
         tiled_cu, per_token_cu = selection_kernel.decide_and_split(
             topk_idx, config.block_t, tile_selection.tiles_pay_off_below(config.block_t, scale_mode), cu_seqlens_q,
             prefix_lens, tile_selection.SAMPLED_TILES, counters=counters, record=recorded)
-        module.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, record=recorded)
+        tiles.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, record=recorded)
         module.launch(q, kv_cache, topk_idx, block_table, per_token_cu, *rest, per_token, record=recorded)
     launches = bind_recorded(recorded, roles, device=_launch_device(q))
     return call_plans.CallPlan(launches, stamp=stamp, config=config)

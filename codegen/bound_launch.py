@@ -11,6 +11,7 @@ the JIT with the stored arguments.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
@@ -29,12 +30,26 @@ def bind_recorded(recorded: list, roles: tuple, *, device: int) -> list:
     return bound
 
 
-def _descriptor_type():
+def _descriptor_types() -> tuple:
+    """The host TMA descriptor classes a recorded launch may pass: Triton's, and Gluon's (which also
+    carries the shared-memory layout of its box). Both are dataclasses whose `base` is the tensor."""
+    types = []
     try:
         from triton.tools.tensor_descriptor import TensorDescriptor
+        types.append(TensorDescriptor)
     except ImportError:  # pragma: no cover - a Triton without host descriptors
-        return None
-    return TensorDescriptor
+        pass
+    try:
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+        types.append(GluonTensorDescriptor)
+    except ImportError:  # pragma: no cover - a Triton without Gluon
+        pass
+    return tuple(types)
+
+
+def _rebased(template, base):
+    """`template` (a recorded descriptor) over another base: a tensor, or an _Address."""
+    return dataclasses.replace(template, base=base)
 
 
 class BoundLaunch:
@@ -48,7 +63,7 @@ class BoundLaunch:
     The call's tensors are not kept: their slots hold None between calls.
     """
 
-    __slots__ = ("kernel", "grid", "args", "kwargs", "slots", "descriptor_slots", "descriptor_layouts", "descriptors",
+    __slots__ = ("kernel", "grid", "args", "kwargs", "slots", "descriptor_slots", "descriptors",
                  "device", "compiled", "launcher", "function", "packed_metadata", "values", "fast")
 
     def __init__(self, kernel, grid, args, kwargs, roles: tuple, *, device: int):
@@ -56,14 +71,16 @@ class BoundLaunch:
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.args = list(args)
         by_id = {id(t): i for i, t in enumerate(roles) if t is not None}
-        descriptor = _descriptor_type()
-        self.slots, self.descriptor_slots, self.descriptor_layouts = [], [], {}
+        descriptors = _descriptor_types()
+        self.slots, self.descriptor_slots = [], []
         for pos, arg in enumerate(self.args):
             if id(arg) in by_id:
                 self.slots.append((pos, by_id[id(arg)]))
-            elif descriptor is not None and isinstance(arg, descriptor) and id(arg.base) in by_id:
-                self.descriptor_slots.append((pos, by_id[id(arg.base)], list(arg.block_shape)))
-                self.descriptor_layouts[pos] = (list(arg.shape), list(arg.strides), arg.base.dtype)
+            elif descriptors and isinstance(arg, descriptors) and id(arg.base) in by_id:
+                # kept as a template over the address alone (no cache kept alive): shape, strides, box
+                # and layout are the plan key's, only the address varies
+                template = _rebased(arg, _Address(arg.base.data_ptr(), arg.base.dtype))
+                self.descriptor_slots.append((pos, by_id[id(arg.base)], template))
             elif isinstance(arg, torch.Tensor) and not _owned(arg, roles):
                 raise RuntimeError(f"{getattr(kernel, '__name__', kernel)}: argument {pos} is a tensor that is "
                                    "neither one of the call's nor a buffer its launch allocated")
@@ -98,14 +115,14 @@ class BoundLaunch:
         self.values = values
         self.fast = self._generate_fast()
 
-    def _descriptor(self, cache: torch.Tensor, block_shape: list):
+    def _descriptor(self, cache: torch.Tensor, template):
         """The JIT path's descriptor over a cache tensor (one per tensor, by address)."""
         ptr = cache.data_ptr()
         desc = self.descriptors.get(ptr)
         if desc is None:
             if len(self.descriptors) >= MAX_DESCRIPTORS:
                 self.descriptors.pop(next(iter(self.descriptors)))
-            desc = _descriptor_type()(cache, list(cache.shape), list(cache.stride()), block_shape)
+            desc = _rebased(template, cache)
             self.descriptors[ptr] = desc
         return desc
 
@@ -116,8 +133,8 @@ class BoundLaunch:
         args = self.args.copy()
         for pos, role in self.slots:
             args[pos] = tensors[role]
-        for pos, role, block in self.descriptor_slots:
-            args[pos] = self._descriptor(tensors[role], block)
+        for pos, role, template in self.descriptor_slots:
+            args[pos] = self._descriptor(tensors[role], template)
         self.kernel[self.grid](*args, **self.kwargs)
 
     def _launch_with_hooks(self, tensors: tuple, pointers: list, stream: int) -> None:
@@ -125,10 +142,9 @@ class BoundLaunch:
         values = self.values.copy()
         for pos, role in self.slots:
             values[pos] = tensors[role]
-        for pos, role, block in self.descriptor_slots:
+        for pos, role, template in self.descriptor_slots:
             cache = tensors[role]
-            values[pos] = _descriptor_type()(_Address(cache.data_ptr(), cache.dtype), list(cache.shape),
-                                             list(cache.stride()), block)
+            values[pos] = _rebased(template, _Address(cache.data_ptr(), cache.dtype))
         grid = self.grid
         metadata = self.compiled.launch_metadata(grid, stream, *values)
         self.launcher(grid[0], grid[1], grid[2], stream, self.function, self.packed_metadata, metadata,
@@ -141,7 +157,7 @@ class BoundLaunch:
         descriptor already encoded (once per cache address); else the CompiledKernel's launcher."""
         entry = _direct_entry(self.launcher)
         roles = dict(self.slots)
-        descriptors = {pos: (role, block) for pos, role, block in self.descriptor_slots}
+        descriptors = {pos: (role, template) for pos, role, template in self.descriptor_slots}
         metas = list(getattr(self.compiled.metadata, "tensordesc_meta", None) or [None] * len(descriptors))
         namespace = dict(launcher=self.launcher, function=self.function, packed=self.packed_metadata,
                          runtime=_knobs.runtime, hooks_active=_hooks_active, with_hooks=self._launch_with_hooks)
@@ -150,9 +166,8 @@ class BoundLaunch:
             if pos in roles:  # an address on the direct path; the tensor for Triton's launcher
                 args.append(f"p[{roles[pos]}]" if entry else f"t[{roles[pos]}]")
             elif pos in descriptors:
-                role, block = descriptors[pos]
-                shape, strides, dtype = self.descriptor_layouts[pos]
-                descriptors_of = _Descriptors(shape, strides, dtype, block, metas.pop(0), encode=entry is not None)
+                role, template = descriptors[pos]
+                descriptors_of = _Descriptors(template, metas.pop(0), encode=entry is not None)
                 namespace[f"d{pos}"], namespace[f"D{pos}"] = descriptors_of, descriptors_of.cache
                 found = f"(D{pos}.get(p[{role}]) or d{pos}(p[{role}]))"
                 args.append(f"*{found}" if entry else found)
@@ -177,23 +192,22 @@ class BoundLaunch:
 
 class _Descriptors:
     """TMA descriptors of one launch argument by cache address (under a plan only the address
-    varies: shape, strides, dtype and box are the key's). encode=True: the launcher's C entry
-    point's form, the descriptor encoded once per address (the launcher would encode it at every
-    launch); else the TensorDescriptor Triton's launcher takes. Built over the address alone, they
-    keep no cache alive."""
+    varies: shape, strides, dtype, box and layout are the key's, held by `template`). encode=True:
+    the launcher's C entry point's form, the descriptor encoded once per address (the launcher would
+    encode it at every launch); else the descriptor Triton's launcher takes. Built over the address
+    alone, they keep no cache alive."""
 
-    __slots__ = ("shape", "strides", "dtype", "block", "meta", "encode", "cache")
+    __slots__ = ("template", "meta", "encode", "cache")
 
-    def __init__(self, shape, strides, dtype, block, meta, *, encode: bool):
-        self.shape, self.strides, self.dtype, self.block, self.meta = shape, strides, dtype, block, meta
-        self.encode, self.cache = encode, {}
+    def __init__(self, template, meta, *, encode: bool):
+        self.template, self.meta, self.encode, self.cache = template, meta, encode, {}
 
     def __call__(self, ptr: int):
         found = self.cache.get(ptr)
         if found is None:
             if len(self.cache) >= MAX_DESCRIPTORS:
                 self.cache.pop(next(iter(self.cache)))
-            found = _descriptor_type()(_Address(ptr, self.dtype), self.shape, self.strides, self.block)
+            found = _rebased(self.template, _Address(ptr, self.template.base.dtype))
             if self.encode:
                 found = tuple(_make_tensordesc_arg(found, self.meta))
             self.cache[ptr] = found

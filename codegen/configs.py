@@ -217,6 +217,14 @@ _ARCH_DEFAULTS = {
 _DECODE_TARGET_PROGRAMS = {"sm90": 264, "gfx942": 608}
 
 
+def per_token_twin(config: LaunchConfig, arch: str) -> LaunchConfig:
+    """The per-token path's config for a tiled one: the same at block_t 1; a warp-specialized tile has
+    no per-token form, so it gives the arch's default prefill config at block_t 1."""
+    if config.warp_specialize:
+        return dataclasses.replace(_ARCH_DEFAULTS[(arch, "prefill")], block_t=1)
+    return dataclasses.replace(config, block_t=1)
+
+
 def default_config(arch: str, kernel: str, *, num_tokens: int, num_kv_heads: int, topk: int = 16) -> LaunchConfig:
     get_arch(arch)
     if kernel not in TUNABLE_KERNELS:

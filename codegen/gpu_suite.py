@@ -19,6 +19,10 @@ PREFILL_PER_TOKEN_WIDE = LaunchConfig(block_n=128, block_t=1)
 PREFILL_TILES = LaunchConfig(block_n=64, block_t=4)
 PREFILL = (PREFILL_PER_TOKEN, PREFILL_PER_TOKEN_WIDE, PREFILL_TILES)
 
+# The warp-specialized Gluon tile (sm90, fp8 with scalar or per_token_head scales; config per GQA:
+# configs.ws_config): rows converted at a time, the tile's one knob.
+PREFILL_WS_CONVERT_ROWS = (16, 32)
+
 # Decode: one split (no merge), split-K with the unfused merge kernel, the fused merge. Five splits
 # of 16 blocks leave the last split empty (ceil(16/5) = 4 blocks each): the merge must skip it. The
 # graph, top-k tail, NaN and unaligned-cache tests run the same two, so they reuse these kernels.

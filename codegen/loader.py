@@ -31,8 +31,9 @@ import pathlib
 import warnings
 
 from . import tuned_store
-from .configs import LaunchConfig, default_config
+from .configs import LaunchConfig, default_config, per_token_twin
 from .modules import load_module
+from .variants import has_variant
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,9 +131,15 @@ class TableStamp:
         return True
 
 
+def prefill_parts(arch: str, scale_mode: str) -> list[str]:
+    """The generated modules a prefill table's configs may launch: the Triton-language tiles, and the
+    warp-specialized Gluon tile where it exists (a table's configs choose between them)."""
+    return ["prefill", "prefill_ws"] if has_variant(arch, "prefill_ws", scale_mode) else ["prefill"]
+
+
 def current_inputs_sha256(arch: str, kernel: str, scale_mode: str) -> str:
     """The template-input hash of the generated modules one kernel family launches."""
-    parts = ["prefill"] if kernel == "prefill" else ["decode_split", "decode_merge"]
+    parts = prefill_parts(arch, scale_mode) if kernel == "prefill" else ["decode_split", "decode_merge"]
     return "+".join(load_module(arch, part, scale_mode).INPUTS_SHA256[:16] for part in parts)
 
 
@@ -191,7 +198,7 @@ def get_config(kernel: str, arch: str, device_name: str, scale_mode: str, kv_dty
     bucket = num_tokens if exact else nearest_bucket(buckets, num_tokens)
     config = LaunchConfig.from_dict(buckets[bucket]["config"])
     if per_token:
-        config = dataclasses.replace(config, block_t=1)  # already 1 in a per-token sub-entry
+        config = per_token_twin(config, arch)  # already block_t 1 in a per-token sub-entry
     if config.num_splits > topk:  # a bucket tuned for topk 16 used with a smaller topk
         return ConfigChoice(default, False, "default", f"{path} {key} bucket {bucket}: num_splits > topk={topk}",
                             path=str(path))

@@ -38,7 +38,7 @@ import tempfile
 
 from . import tuned_store
 from .configs import LaunchConfig
-from .loader import current_inputs_sha256
+from .loader import current_inputs_sha256, prefill_parts
 from .modules import load_module
 from .render import REPO_ROOT
 from .variants import Variant, get_arch
@@ -140,9 +140,10 @@ def check_table(key: str, table: dict, arch: str, before: str, tmp: pathlib.Path
     recorded = table["provenance"]["inputs_sha256"]
     if recorded == now:
         return Verdict(key, False, "fresh already")
-    variants = {part: Variant(arch, part, scale_mode) for part in _PARTS[kernel]}
+    parts = prefill_parts(arch, scale_mode) if kernel == "prefill" else _PARTS[kernel]
+    variants = {part: Variant(arch, part, scale_mode) for part in parts}
     old = {part: _module_at(before, v, tmp) for part, v in variants.items()}
-    then = "+".join(old[part].INPUTS_SHA256[:16] for part in _PARTS[kernel])
+    then = "+".join(old[part].INPUTS_SHA256[:16] for part in parts)
     if recorded != then:
         return Verdict(key, False, f"stale at {before} too (tuned for {recorded}); re-tune it")
     changed = [v.name for part, v in variants.items()
