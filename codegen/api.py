@@ -143,7 +143,9 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
         if selection == "auto" and config.block_t > 1:
             # A given config's per-token twin; else the table's per-token config for this shape (its
             # per_token sub-entry, or the twin of its config: loader.get_config).
-            per_token = resolve(per_token_twin(config, arch) if explicit else None, per_token=True)
+            # (a Gluon tile has no per-token form: its per-token config is the table's)
+            twin = explicit and not config.warp_specialize
+            per_token = resolve(per_token_twin(config, arch) if twin else None, per_token=True)
     module = load_module(arch, "prefill", scale_mode, fold_scales)
     # The tiles' module: the Gluon warp-specialized tile when the config asks for it.
     tiles = load_module(arch, "prefill_ws", scale_mode) if config.warp_specialize else module

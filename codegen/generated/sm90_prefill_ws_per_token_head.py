@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: 78f9c4ce21f8416b3bfbf1da5fa7a1faa29ef32bec389d4c5dea513e34fa37c6
+# inputs-sha256: b2004577c830c90562d2bf531885928f8c79bbc9a5b4c1d3e1b0cf1fd4645b57
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -251,7 +251,7 @@ def _converter(kv_desc, k8, v8, k16, v16, tops_s, bars, plan_row, g, n_steps, ks
 # consumer (default partition)
 @gluon.jit
 def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale, v_scale, kv_lo, seq_len, n_tok, out_tok0,
-              head0, stride_o_t, stride_o_h, stride_o_d,
+              head0, stride_o_t, stride_o_h,
               BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NC: gl.constexpr, GQA: gl.constexpr,
               PLAN: gl.constexpr, PAGE: gl.constexpr, NUM_WARPS: gl.constexpr, PER_TOKEN_SCALES: gl.constexpr):
     """QK, masks, softmax, PV, output. Row r is token r // GQA of the tile, query head head0 + r % GQA;
@@ -312,13 +312,23 @@ def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale,
         m_i = m_new
     acc = warpgroup_mma_wait(0, deps=[acc])
     l_safe = gl.where(l_i > 0.0, l_i, 1.0)  # a row that saw no visible key comes out as zeros
-    o = acc * gl.convert_layout(v_scale * acc_unit / l_safe, gl.SliceLayout(1, o_layout))[:, None]
-    offs_om = gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
-    offs_od = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+    o = (acc * gl.convert_layout(v_scale * acc_unit / l_safe, gl.SliceLayout(1, o_layout))[:, None])
+    o = o.to(out_ptr.dtype.element_ty)
+    # Stored from a blocked layout (16-byte stores along a row): a 16-bit tile goes through q's shared
+    # buffer (free: every QK retired), the layout change of another width through the compiler's scratch.
+    st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NUM_WARPS, 1], [1, 0])
+    if out_ptr.dtype.element_ty.primitive_bitwidth == 16:
+        o_s = q_s._reinterpret(out_ptr.dtype.element_ty, [BM, D], q_s.layout)
+        o_s.store(o)
+        gl.thread_barrier()
+        o = o_s.load(st_layout)
+    else:
+        o = gl.convert_layout(o, st_layout)
+    offs_om = gl.arange(0, BM, layout=gl.SliceLayout(1, st_layout))
+    offs_od = gl.arange(0, D, layout=gl.SliceLayout(0, st_layout))
     tok = offs_om // GQA
     o_rows = (out_tok0 + tok).to(gl.int64) * stride_o_t + (head0 + offs_om % GQA).to(gl.int64) * stride_o_h
-    gl.store(out_ptr + o_rows[:, None] + offs_od[None, :].to(gl.int64) * stride_o_d,
-             o.to(out_ptr.dtype.element_ty), mask=(tok < n_tok)[:, None])
+    gl.store(out_ptr + o_rows[:, None] + offs_od[None, :], o, mask=(tok < n_tok)[:, None])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -349,16 +359,14 @@ def _alloc_rings(BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, NC: gl.con
     return k8, v8, k16, v16, (kbar, vbar, kready, vready, kempty, vempty)
 
 
-# Strides that may be 1 stay runtime values: Triton 3.6's Gluon cannot multiply a tensor by the constant
-# 1 its specializer would make of them.
-@gluon.jit(do_not_specialize=["stride_q_d", "stride_o_d", "stride_ks_t", "stride_vs_t"])
+@gluon.jit
 def _prefill_ws_kernel(
     # tensors
     q_ptr, kv_desc, plan_ptr, cu_seqlens_q_ptr, seq_lens_ptr, prefix_lens_ptr, out_ptr, k_scale_ptr, v_scale_ptr,
     # scalars
     sm_scale,
     # strides
-    stride_q_t, stride_q_h, stride_q_d, stride_o_t, stride_o_h, stride_o_d,
+    stride_q_t, stride_q_h, stride_o_t, stride_o_h,
     stride_ks_h, stride_ks_t, stride_vs_h, stride_vs_t,
     # shapes and launch parameters
     GQA: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -390,7 +398,7 @@ def _prefill_ws_kernel(
     offs_qd = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, q_ld_layout))
     tok = offs_qm // GQA
     q_rows = (q_start + i0 + tok).to(gl.int64) * stride_q_t + (g * GQA + offs_qm % GQA).to(gl.int64) * stride_q_h
-    q = gl.load(q_ptr + q_rows[:, None] + offs_qd[None, :] * stride_q_d, mask=(tok < n_tok)[:, None],
+    q = gl.load(q_ptr + q_rows[:, None] + offs_qd[None, :], mask=(tok < n_tok)[:, None],
                 other=0.0)
     qf = q.to(gl.float32)
     q_div = gl.maximum(gl.max(gl.max(gl.abs(qf), 1), 0) / 32768.0, 1.0)
@@ -409,7 +417,7 @@ def _prefill_ws_kernel(
     vs_head = v_scale_ptr + g.to(gl.int64) * stride_vs_h
     gl.warp_specialize([
         (_consumer, (q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale, v_scale, kv_lo, seq_len, n_tok,
-                     q_start + i0, g * GQA, stride_o_t, stride_o_h, stride_o_d, BM, BLOCK_N, HEAD_DIM, STAGES, GQA,
+                     q_start + i0, g * GQA, stride_o_t, stride_o_h, BM, BLOCK_N, HEAD_DIM, STAGES, GQA,
                      PLAN, PAGE, NUM_WARPS, PER_TOKEN_SCALES)),
         (_converter, (kv_desc, k8, v8, k16, v16, tops_s, bars, plan_row, g, n_steps, ks_head, vs_head, stride_ks_t,
                       stride_vs_t, BLOCK_N, HEAD_DIM, STAGES, STAGES, CONVERT_ROWS, PLAN, PAGE, PER_TOKEN_SCALES)),
@@ -433,6 +441,8 @@ def unsupported(*, q, kv_cache, num_kv_heads, output, config):
         return f"GQA 8 or 16 (query heads per KV head), got {gqa}"
     if q.shape[2] != HEAD_DIM:
         return f"head_dim {HEAD_DIM}, got {q.shape[2]}"
+    if q.stride(2) != 1 or output.stride(2) != 1:
+        return f"q and output with a unit last stride, got {q.stride(2)} and {output.stride(2)}"
     if kv_cache.dtype != torch.float8_e4m3fn:
         return f"an fp8 e4m3fn cache, got {str(kv_cache.dtype).removeprefix('torch.')}"
     if config.block_t != ROWS // gqa:
@@ -490,7 +500,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
                  *block_table.stride())
     args = (
         q, kv_descriptor(kv_cache), plan, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale,
-        float(sm_scale), *q.stride(), *output.stride(),
+        float(sm_scale), q.stride(0), q.stride(1), output.stride(0), output.stride(1),
         *k_scale.stride(), *v_scale.stride(),
     )
     kwargs = dict(**constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
@@ -504,4 +514,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '78f9c4ce21f8416b3bfbf1da5fa7a1faa29ef32bec389d4c5dea513e34fa37c6'
+INPUTS_SHA256 = 'b2004577c830c90562d2bf531885928f8c79bbc9a5b4c1d3e1b0cf1fd4645b57'

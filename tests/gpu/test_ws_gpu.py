@@ -44,8 +44,13 @@ def _duplicate_listing(case):
     case.args["topk_idx"][:, t, 1] = case.args["topk_idx"][:, t, 0]
 
 
-def _check(case, config, **kw):
-    ref = cases.run_reference(case, dtype=torch.float64, on_device=True)
+def _reference(case):
+    """float64 on the GPU, before the slots past the end are poisoned (the reference reads whole pages)."""
+    return cases.run_reference(case, dtype=torch.float64, on_device=True)
+
+
+def _check(case, config, ref=None, **kw):
+    ref = _reference(case) if ref is None else ref
     case.poison()
     cases.run_kernel(case, config=config, **kw)
     torch.cuda.synchronize()
@@ -62,9 +67,10 @@ def test_ws_ragged(arch, mode, layout, convert_rows):
     a stale tail after them, NaN past each request's end, one block listed twice by a token."""
     case = _case(arch, mode, layout, seed=convert_rows)
     _duplicate_listing(case)
+    ref = _reference(case)
     case.poison_past_the_end()
     hq, hkv = SERVING_LAYOUTS[layout]
-    _check(case, ws_config(gqa=hq // hkv, convert_rows=convert_rows), selection="tiled")
+    _check(case, ws_config(gqa=hq // hkv, convert_rows=convert_rows), ref, selection="tiled")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -77,9 +83,10 @@ def test_ws_correlated_auto(arch, mode, layout):
                  future_prob=0.0, tail="own", inner_junk=0.0, seed=5)
     if mode == "scalar":
         case.args["k_scale"].neg_()
+    ref = _reference(case)
     case.poison_past_the_end()
     hq, hkv = SERVING_LAYOUTS[layout]
-    _check(case, ws_config(gqa=hq // hkv), selection="auto")
+    _check(case, ws_config(gqa=hq // hkv), ref, selection="auto")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -90,15 +97,16 @@ def test_ws_bound_and_graph(arch, mode):
     first = _case(arch, mode, "tp1", seed=11)
     _check(first, config, selection="tiled")
     second = _case(arch, mode, "tp1", seed=12)  # same shapes, other tensors: the bound path
+    ref = _reference(second)
     second.poison_past_the_end()
-    _check(second, config, selection="tiled")
+    _check(second, config, ref, selection="tiled")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         cases.run_kernel(first, config=config, selection="tiled")
-    first.refill_from(second)
+    first.refill_from(second)  # the poisoned tails too
     graph.replay()
     torch.cuda.synchronize()
-    result = compare(first.output, cases.run_reference(first, dtype=torch.float64, on_device=True), torch.bfloat16)
+    result = compare(first.output, ref, torch.bfloat16)
     assert result.ok, f"graph replay: {result}"
 
 
