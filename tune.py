@@ -133,7 +133,7 @@ def _check_candidates(candidates, grid) -> None:
         for i, config in enumerate(listed):
             check_candidate(config, arch=bucket.arch, kernel=bucket.kernel, num_q_heads=bucket.num_q_heads,
                             num_kv_heads=bucket.num_kv_heads, topk=bucket.topk, kv_dtype=bucket.kv_dtype,
-                            what=f"{where}[{i}] for {bucket.table_key}")
+                            scale_mode=bucket.scale_mode, what=f"{where}[{i}] for {bucket.table_key}")
 
 
 def _grid(args, arch: str, device: str) -> list:

@@ -25,7 +25,8 @@ CASES = (("tp1", 4, 2048), ("tp1", 1, 8192), ("tp4", 1, 8192), ("tp8", 1, 8192))
 
 def main() -> None:
     import bench
-    from codegen import cases
+    from codegen import cases, selection_kernel
+    from codegen import selection as tile_selection
     from codegen.configs import ws_config
     from codegen.generated import sm90_prefill_ws_scalar as ws
     from codegen.timing import graph_time
@@ -54,10 +55,21 @@ def main() -> None:
             rows.append(dict(case=f"{layout} {batch}x{tokens}", plan_warps=warps, plan_us=round(t.median_us, 2)))
             print(rows[-1], flush=True)
         ws.PLAN_WARPS = 4
-        t = graph_time([lambda c=c: cases.run_kernel(c, config=config, selection="tiled") for c in sets] * 4,
-                       replays=10)
-        rows.append(dict(case=f"{layout} {batch}x{tokens}", whole_call_us=round(t.median_us, 1)))
-        print(rows[-1], flush=True)
+        for selection in ("tiled", "auto"):
+            t = graph_time([lambda c=c: cases.run_kernel(c, config=config, selection=selection) for c in sets] * 4,
+                           replays=10)
+            rows.append(dict(case=f"{layout} {batch}x{tokens}", selection=selection, whole_call_us=round(t.median_us, 1)))
+            print(rows[-1], flush=True)
+        # what 'auto' decides on the device at this block_t (and at half of it)
+        a = sets[0].args
+        for block_t in (config.block_t, config.block_t // 2):
+            estimate = torch.zeros(1, device="cuda")
+            tiled_cu, per_token_cu = selection_kernel.decide_and_split(
+                a["topk_idx"], block_t, tile_selection.tiles_pay_off_below(block_t, "scalar"), a["cu_seqlens_q"],
+                a["prefix_lens"], tile_selection.SAMPLED_TILES, inflation_out=estimate)
+            rows.append(dict(case=f"{layout} {batch}x{tokens}", block_t=block_t, inflation=round(float(estimate), 3),
+                             tiled_cu=tiled_cu.tolist(), per_token_cu=per_token_cu.tolist()))
+            print(rows[-1], flush=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "ws_plan.json").write_text(json.dumps(dict(torch=torch.__version__, triton=triton.__version__,

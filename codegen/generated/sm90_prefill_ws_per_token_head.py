@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: b2004577c830c90562d2bf531885928f8c79bbc9a5b4c1d3e1b0cf1fd4645b57
+# inputs-sha256: 460a0444e01d1a7837bf000859193c848e3ec3504f858c4ed9e0616bbe59a7bc
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -387,7 +387,9 @@ def _prefill_ws_kernel(
     q_start = gl.load(cu_seqlens_q_ptr + req)
     q_len = gl.load(cu_seqlens_q_ptr + req + 1) - q_start
     i0 = tile * BLOCK_T
-    n_tok = gl.minimum(gl.maximum(q_len - i0, 0), BLOCK_T)
+    if i0 >= q_len:  # past its request's end (the grid covers max_query_len; 'auto' empties whole launches)
+        return
+    n_tok = gl.minimum(q_len - i0, BLOCK_T)
     kv_lo = gl.load(prefix_lens_ptr + req) + i0
     seq_len = gl.load(seq_lens_ptr + req)
 
@@ -514,4 +516,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = 'b2004577c830c90562d2bf531885928f8c79bbc9a5b4c1d3e1b0cf1fd4645b57'
+INPUTS_SHA256 = '460a0444e01d1a7837bf000859193c848e3ec3504f858c4ed9e0616bbe59a7bc'

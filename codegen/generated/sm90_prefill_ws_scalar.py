@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: 5aa91878ca4b8b05a4033b44ff64b5dee95bbb9800021de948af4e16047d6d08
+# inputs-sha256: 60dfdf02e62d61cd1a9edd92326ab63c1552e1893102f6fe9b41717113712286
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -385,7 +385,9 @@ def _prefill_ws_kernel(
     q_start = gl.load(cu_seqlens_q_ptr + req)
     q_len = gl.load(cu_seqlens_q_ptr + req + 1) - q_start
     i0 = tile * BLOCK_T
-    n_tok = gl.minimum(gl.maximum(q_len - i0, 0), BLOCK_T)
+    if i0 >= q_len:  # past its request's end (the grid covers max_query_len; 'auto' empties whole launches)
+        return
+    n_tok = gl.minimum(q_len - i0, BLOCK_T)
     kv_lo = gl.load(prefix_lens_ptr + req) + i0
     seq_len = gl.load(seq_lens_ptr + req)
 
@@ -512,4 +514,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '5aa91878ca4b8b05a4033b44ff64b5dee95bbb9800021de948af4e16047d6d08'
+INPUTS_SHA256 = '60dfdf02e62d61cd1a9edd92326ab63c1552e1893102f6fe9b41717113712286'

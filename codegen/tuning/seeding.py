@@ -9,7 +9,7 @@ from .. import tuned_store
 from ..configs import LaunchConfig
 from ..loader import buckets_by_distance
 from .buckets import Bucket
-from .space import config_key, default_for, enumerate_space, for_path, normalize, params_of
+from .space import bucket_ws_gqa, config_key, default_for, enumerate_space, for_path, normalize, params_of
 
 
 def seed(study, bucket: Bucket, space_keys: set[str], neighbours=None, seeds=()) -> None:
@@ -24,12 +24,13 @@ def seed(study, bucket: Bucket, space_keys: set[str], neighbours=None, seeds=())
     study.set_user_attr("seeded", True)
     queued = set()
     for config in [default_for(bucket), *seeds, *(neighbours() if neighbours else ())]:
-        config = normalize(for_path(config, bucket.path))
+        config = normalize(for_path(config, bucket.path, bucket.arch))
         key = config_key(config)
         if key in queued or key not in space_keys:
             continue
         queued.add(key)
-        study.enqueue_trial(params_of(config, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype, bucket.path),
+        study.enqueue_trial(params_of(config, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype, bucket.path,
+                                      bucket_ws_gqa(bucket)),
                             skip_if_exists=True)
 
 
@@ -51,17 +52,17 @@ def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None
             return None
     if transferred is not None:  # the default, the leaders and the --seed-from config nearest this bucket
         space = list({config_key(c): c for c in [default_for(bucket)]
-                      + [normalize(for_path(c, bucket.path)) for c in transferred + seeds[:1]]}.values())
+                      + [normalize(for_path(c, bucket.path, bucket.arch)) for c in transferred + seeds[:1]]}.values())
     elif settings.candidates is not None:
         listed = settings.candidates
         if isinstance(listed, dict):  # lists by table (e.g. each table's winners before a kernel change)
             listed = listed.get(bucket.table_key, [])
-        listed = [normalize(for_path(c, bucket.path)) for c in listed]
+        listed = [normalize(for_path(c, bucket.path, bucket.arch)) for c in listed]
         space = list({config_key(c): c for c in [default_for(bucket)] + listed}.values())
     else:
         space = enumerate_space(bucket.arch, bucket.kernel, num_q_heads=bucket.num_q_heads,
                                 num_kv_heads=bucket.num_kv_heads, topk=bucket.topk, kv_dtype=bucket.kv_dtype,
-                                path=bucket.path)
+                                path=bucket.path, scale_mode=bucket.scale_mode)
     exhaustive = len(space) <= settings.trials
     # One seed per table: the buckets of a table propose the same points, so their kernels (which do
     # not depend on the token count) compile once for the whole table; different tables (other

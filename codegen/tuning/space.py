@@ -5,8 +5,8 @@ import dataclasses
 import itertools
 import json
 
-from ..configs import LaunchConfig, default_config, validate_config
-from ..variants import get_arch
+from ..configs import LaunchConfig, default_config, per_token_twin, validate_config, ws_config
+from ..variants import get_arch, has_variant
 
 # Choices per parameter. Order matters only for readability of the study.
 _COMMON = {"block_n": (32, 64, 128), "num_warps": (4, 8), "num_stages": (1, 2, 3)}
@@ -19,12 +19,34 @@ _DECODE = {"num_splits": (1, 2, 4, 8, 16), "num_warps": (1, 2, 4, 8), "num_stage
 _FP8 = {"kv_upcast": (0, 1, 2)}  # how fp8 K/V reach the MMAs (configs.KV_UPCAST_MODES)
 _AMD = {"waves_per_eu": (0, 1, 2, 4), "matrix_instr_nonkdim": (16, 32), "kpack": (1, 2)}
 _TMA = {"kv_tma": (1, 0)}  # archs with TMA: descriptors or plain loads (configs.LaunchConfig.kv_tma)
+# The Gluon tile (LaunchConfig.warp_specialize): its one knob; every other field is its design (configs.WS_FIXED).
+# 64 rows spill in the converter warps (static gate, triton 3.6).
+WS_CONVERT_ROWS_SEARCHED = (16, 32)
 
 
-def choices(arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16", path: str = "tiled") -> dict[str, tuple]:
+def ws_gqa(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_heads: int, num_kv_heads: int,
+           path: str = "tiled") -> int | None:
+    """The GQA ratio when a study of this table also searches the Gluon tile (prefill tiles, an fp8
+    cache with scalar or per_token_head scales on sm90, GQA 8 or 16), else None."""
+    gqa = num_q_heads // num_kv_heads
+    if (kernel == "prefill" and path == "tiled" and kv_dtype == "fp8" and gqa in (8, 16)
+            and has_variant(arch, "prefill_ws", scale_mode)):
+        return gqa
+    return None
+
+
+def bucket_ws_gqa(bucket) -> int | None:
+    return ws_gqa(bucket.arch, bucket.kernel, bucket.scale_mode, bucket.kv_dtype, bucket.num_q_heads,
+                  bucket.num_kv_heads, bucket.path)
+
+
+def choices(arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16", path: str = "tiled",
+            gqa: int | None = None) -> dict[str, tuple]:
     """The values each searched parameter takes. path "per_token": prefill's per-token path, whose
-    block_t is fixed to 1 (the LaunchConfig default), so it is not searched."""
-    space = dict(_COMMON)
+    block_t is fixed to 1 (the LaunchConfig default), so it is not searched. gqa (ws_gqa): the Gluon
+    tile is searched too, warp_specialize first (with 1 only convert_rows is asked)."""
+    space = {"warp_specialize": (0, 1)} if gqa else {}
+    space.update(_COMMON)
     space.update(_PREFILL if kernel == "prefill" else _DECODE)
     if path == "per_token":
         del space["block_t"]
@@ -38,6 +60,8 @@ def choices(arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16", path
         space.update(_AMD)
     if get_arch(arch).kv_tma:
         space.update(_TMA)
+    if gqa:
+        space["convert_rows"] = WS_CONVERT_ROWS_SEARCHED
     return space
 
 
@@ -62,8 +86,10 @@ def plausible(config: LaunchConfig, *, num_q_heads: int, num_kv_heads: int) -> b
 
 
 def enumerate_space(arch: str, kernel: str, *, num_q_heads: int, num_kv_heads: int, topk: int = 16,
-                    kv_dtype: str = "bf16", path: str = "tiled") -> list[LaunchConfig]:
-    """Every distinct plausible config of the space (for exhaustive search and for tests)."""
+                    kv_dtype: str = "bf16", path: str = "tiled", scale_mode: str | None = None) -> list[LaunchConfig]:
+    """Every distinct plausible config of the space (for exhaustive search and for tests); with
+    scale_mode, the Gluon tile's configs too where ws_gqa allows them."""
+    gqa = ws_gqa(arch, kernel, scale_mode, kv_dtype, num_q_heads, num_kv_heads, path) if scale_mode else None
     space = choices(arch, kernel, topk, kv_dtype, path)
     names = list(space)
     seen, configs = set(), []
@@ -75,11 +101,18 @@ def enumerate_space(arch: str, kernel: str, *, num_q_heads: int, num_kv_heads: i
         validate_config(config, arch=arch, kernel=kernel, topk=topk)
         seen.add(key)
         configs.append(config)
+    if gqa:
+        configs += [ws_config(gqa=gqa, convert_rows=rows) for rows in WS_CONVERT_ROWS_SEARCHED]
     return configs
 
 
 def _asked(name: str, values: dict) -> bool:
-    """fused_merge only matters with splits, merge_num_warps only with a merge kernel."""
+    """fused_merge only matters with splits, merge_num_warps only with a merge kernel; the Gluon tile
+    (warp_specialize 1) has convert_rows as its only knob, which nothing else has."""
+    if values.get("warp_specialize") == 1:
+        return name == "convert_rows"
+    if name == "convert_rows":
+        return False
     if name == "fused_merge":
         return values.get("num_splits", 1) > 1
     if name == "merge_num_warps":
@@ -87,22 +120,29 @@ def _asked(name: str, values: dict) -> bool:
     return True
 
 
-def suggest(trial, arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16", path: str = "tiled") -> LaunchConfig:
+def _config_of(values: dict, gqa: int | None) -> LaunchConfig:
+    if values.get("warp_specialize") == 1:
+        return ws_config(gqa=gqa, convert_rows=values["convert_rows"])
+    return normalize(LaunchConfig(**values))
+
+
+def suggest(trial, arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16", path: str = "tiled",
+            gqa: int | None = None) -> LaunchConfig:
     """Define-by-run sampling for Optuna: a parameter is asked only where it does something."""
-    space = choices(arch, kernel, topk, kv_dtype, path)
+    space = choices(arch, kernel, topk, kv_dtype, path, gqa)
     values = {}
     for name, options in space.items():
         if not _asked(name, values):
             continue
         values[name] = trial.suggest_categorical(name, list(options))
-    return normalize(LaunchConfig(**values))
+    return _config_of(values, gqa)
 
 
 def params_of(config: LaunchConfig, arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16",
-              path: str = "tiled") -> dict:
+              path: str = "tiled", gqa: int | None = None) -> dict:
     """The Optuna params that make `suggest` return `config` (for enqueue_trial)."""
     config = normalize(config)
-    space = choices(arch, kernel, topk, kv_dtype, path)
+    space = choices(arch, kernel, topk, kv_dtype, path, gqa)
     params = {}
     for name in space:
         if not _asked(name, params):
@@ -112,7 +152,8 @@ def params_of(config: LaunchConfig, arch: str, kernel: str, topk: int = 16, kv_d
 
 
 def check_candidate(config: LaunchConfig, *, arch: str, kernel: str, num_q_heads: int, num_kv_heads: int,
-                    topk: int = 16, kv_dtype: str = "bf16", what: str = "config") -> None:
+                    topk: int = 16, kv_dtype: str = "bf16", scale_mode: str | None = None,
+                    what: str = "config") -> None:
     """Raises ValueError (naming `what` and the field) unless a study of this table can run `config`
     as given: a valid launch, every searched parameter among the space's choices, no unsearched
     parameter away from its default (the study would silently measure another config), and at
@@ -121,13 +162,21 @@ def check_candidate(config: LaunchConfig, *, arch: str, kernel: str, num_q_heads
         validate_config(config, arch=arch, kernel=kernel, topk=topk)
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
-    space = choices(arch, kernel, topk, kv_dtype)
-    asked = params_of(config, arch, kernel, topk, kv_dtype)
+    gqa = ws_gqa(arch, kernel, scale_mode, kv_dtype, num_q_heads, num_kv_heads) if scale_mode else None
+    if config.warp_specialize:
+        if gqa is None:
+            raise ValueError(f"{what}: warp_specialize=1 (the Gluon tile) is not searched for {kernel} on {arch} "
+                             f"({scale_mode} scales, {kv_dtype} cache, {num_q_heads}/{num_kv_heads} heads)")
+        if config != ws_config(gqa=gqa, convert_rows=config.convert_rows):
+            raise ValueError(f"{what}: a warp_specialize=1 config is configs.ws_config(gqa={gqa}, convert_rows=N), "
+                             f"got {config.non_default()}")
+    space = choices(arch, kernel, topk, kv_dtype, gqa=gqa)
+    asked = params_of(config, arch, kernel, topk, kv_dtype, gqa=gqa)
     for name, value in asked.items():
         if value not in space[name]:
             raise ValueError(f"{what}: {name}={value} is outside the {kernel} search space on {arch} "
                              f"({kv_dtype} cache); expected one of {list(space[name])}")
-    default = LaunchConfig()
+    default = ws_config(gqa=gqa, convert_rows=config.convert_rows) if config.warp_specialize else LaunchConfig()
     for name, value in normalize(config).to_dict().items():
         if name not in asked and value != getattr(default, name):
             raise ValueError(f"{what}: {name}={value} is not searched for {kernel} on {arch} ({kv_dtype} cache); "
@@ -137,10 +186,10 @@ def check_candidate(config: LaunchConfig, *, arch: str, kernel: str, num_q_heads
                          f"{num_q_heads}/{num_kv_heads} heads")
 
 
-def for_path(config: LaunchConfig, path: str) -> LaunchConfig:
+def for_path(config: LaunchConfig, path: str, arch: str) -> LaunchConfig:
     """The config a study of `path` runs for `config`: on the per-token path its twin, block_t 1
-    (how seeds, candidates and the default of a table reach a per-token study)."""
-    return dataclasses.replace(config, block_t=1) if path == "per_token" else config
+    (how seeds, candidates and the default of a table reach a per-token study; configs.per_token_twin)."""
+    return per_token_twin(config, arch) if path == "per_token" else config
 
 
 def default_for(bucket) -> LaunchConfig:
@@ -148,4 +197,4 @@ def default_for(bucket) -> LaunchConfig:
     the config the loader falls back to for that path)."""
     config = default_config(bucket.arch, bucket.kernel, num_tokens=bucket.tokens, num_kv_heads=bucket.num_kv_heads,
                             topk=bucket.topk)
-    return normalize(for_path(config, bucket.path))
+    return normalize(for_path(config, bucket.path, bucket.arch))

@@ -26,7 +26,7 @@ from .preparer import Preparer
 from .records import RESULT
 from .seeding import open_study
 from .settings import BUSY, FINISHED_ELSEWHERE, TUNER_ID, BucketResult, TuneSettings
-from .space import config_key, params_of, suggest
+from .space import bucket_ws_gqa, config_key, params_of, suggest
 from .state import TunerState
 from .storage import StorageUnavailable
 from .worker import TrialWorker
@@ -143,7 +143,8 @@ def _ask(study, bucket, state, count: int, known: set, space_keys: dict, exhaust
     for _ in range(count):
         trial = study.ask()
         state.heartbeats.add(trial._trial_id)
-        config = suggest(trial, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype, bucket.path)
+        config = suggest(trial, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype, bucket.path,
+                         bucket_ws_gqa(bucket))
         key = config_key(config)
         trial.set_user_attr("config_key", key)
         trial.set_user_attr("config", config.to_dict())
@@ -184,7 +185,8 @@ def _run_trial(bucket, study, trial, config, settings, worker, state, log) -> No
 
 def _params(bucket: Bucket, config) -> dict:
     """The Optuna params of `config` in this bucket's space (for enqueue_trial)."""
-    return params_of(config, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype, bucket.path)
+    return params_of(config, bucket.arch, bucket.kernel, bucket.topk, bucket.kv_dtype, bucket.path,
+                     bucket_ws_gqa(bucket))
 
 
 def _busy(bucket, study_name, state, log, why: str) -> str:
