@@ -159,8 +159,9 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
         # One launch decides on the device and writes both launches' offsets (the other path's are
         # zeros); its counters are the plan's own (codegen.workspace.call_counters).
         counters = call_counters(q.device, 3, capturing, key="selection")
+        sampled_t = tile_selection.sampled_block_t(config.block_t)
         tiled_cu, per_token_cu = selection_kernel.decide_and_split(
-            topk_idx, config.block_t, tile_selection.tiles_pay_off_below(config.block_t, scale_mode), cu_seqlens_q,
+            topk_idx, sampled_t, tile_selection.tiles_pay_off_below(sampled_t, scale_mode), cu_seqlens_q,
             prefix_lens, tile_selection.SAMPLED_TILES, counters=counters, record=recorded)
         tiles.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, record=recorded)
         module.launch(q, kv_cache, topk_idx, block_table, per_token_cu, *rest, per_token, record=recorded)

@@ -42,6 +42,18 @@ def check_selection(selection: str) -> str:
 TILE_WASTE_SHARE = {"scalar": 1.0, "none": 1.0, "per_token_head": 1.0}
 
 
+# The largest tile the estimate samples: its cost grows with the square of a tile's listings (the
+# decision kernel compares each listing with every other), and a 16-token tile (the Gluon tile at GQA
+# 8) took it from ~20 to ~430 us on the H200 (results/h200/prefill-ws). Larger tiles are judged by
+# the inflation and threshold of 8-token tiles.
+MAX_SAMPLED_BLOCK_T = 8
+
+
+def sampled_block_t(block_t: int) -> int:
+    """The tile size whose inflation `auto` estimates for tiles of block_t tokens."""
+    return min(block_t, MAX_SAMPLED_BLOCK_T)
+
+
 def tiles_pay_off_below(block_t: int, scale_mode: str) -> float:
     """The tile inflation up to which block_t tiles are kept for a scale mode (see TILE_WASTE_SHARE):
     2.5 for 4 tokens and 4.5 for 8 in every mode."""
@@ -99,5 +111,6 @@ def split_seqlens(cu_seqlens_q: torch.Tensor, use_tiles: torch.Tensor) -> tuple[
 
 def choose_tiles(topk_idx: torch.Tensor, block_t: int, scale_mode: str, cu_seqlens_q: torch.Tensor,
                  prefix_lens: torch.Tensor) -> torch.Tensor:
-    """0-d bool tensor on the device: True when block_t tiles should run."""
-    return tile_inflation(topk_idx, block_t, cu_seqlens_q, prefix_lens) <= tiles_pay_off_below(block_t, scale_mode)
+    """0-d bool tensor on the device: True when block_t tiles should run (judged at sampled_block_t)."""
+    sampled_t = sampled_block_t(block_t)
+    return tile_inflation(topk_idx, sampled_t, cu_seqlens_q, prefix_lens) <= tiles_pay_off_below(sampled_t, scale_mode)

@@ -63,7 +63,7 @@ case $STAGE in
       prefill_tiles) ARGS=(--kernels prefill) ;;
       prefill_per_token|prefill_incumbents_per_token) ARGS=(--kernels prefill --prefill-paths per_token) ;;
       prefill_incumbents) ARGS=(--kernels prefill --prefill-paths tiled) ;;
-      prefill_ws) ARGS=(--kernels prefill --prefill-paths tiled --modes scalar:fp8 per_token_head:fp8) ;;
+      prefill_ws) ARGS=(--kernels prefill --prefill-paths tiled --modes scalar:fp8,per_token_head:fp8) ;;
       *) echo "candidates: expected decode, prefill_tiles, prefill_per_token, prefill_incumbents," \
               "prefill_incumbents_per_token or prefill_ws, got $LIST" >&2; exit 2 ;;
     esac
