@@ -7,7 +7,8 @@
 #   bash scripts/h200.sh retune                 # the full default re-tune for TUNE_S s, resumable (below)
 #   bash scripts/h200.sh candidates LIST        # re-tune over codegen/tuning/candidates/h200_LIST.json
 #                                               #   (decode, prefill_tiles, prefill_per_token, prefill_incumbents,
-#                                               #   prefill_incumbents_per_token, prefill_ws); TRIALS, TUNE_S
+#                                               #   prefill_incumbents_per_token, prefill_ws, prefill_ws_per_token);
+#                                               #   TRIALS, TUNE_S
 #   bash scripts/h200.sh grid decode|prefill    # the bench grid of this tree, then of .before (FILTER)
 #   bash scripts/h200.sh probe                  # benchmarks/probes/probe.py: .before's prefill against this tree's
 #   bash scripts/h200.sh profile                # Nsight Compute counters of NCU_CASES (benchmarks/probes/ncu_cases.py)
@@ -64,8 +65,9 @@ case $STAGE in
       prefill_per_token|prefill_incumbents_per_token) ARGS=(--kernels prefill --prefill-paths per_token) ;;
       prefill_incumbents) ARGS=(--kernels prefill --prefill-paths tiled) ;;
       prefill_ws) ARGS=(--kernels prefill --prefill-paths tiled --modes scalar:fp8,per_token_head:fp8) ;;
+      prefill_ws_per_token) ARGS=(--kernels prefill --prefill-paths per_token --modes scalar:fp8,per_token_head:fp8) ;;
       *) echo "candidates: expected decode, prefill_tiles, prefill_per_token, prefill_incumbents," \
-              "prefill_incumbents_per_token or prefill_ws, got $LIST" >&2; exit 2 ;;
+              "prefill_incumbents_per_token, prefill_ws or prefill_ws_per_token, got $LIST" >&2; exit 2 ;;
     esac
     optuna_wheels
     tune "$PWD/tune_studies/sm90__NVIDIA_H200.db" "tune_$LIST" "${ARGS[@]}" \

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: 460a0444e01d1a7837bf000859193c848e3ec3504f858c4ed9e0616bbe59a7bc
+# inputs-sha256: e038e113ddd458aeff7ed301e0ea852e1b9abe7d3794b73c4d2384969f0534e3
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -28,6 +28,7 @@ Every mbarrier has count 1 (Gluon's arrive is one thread's, after a partition-wi
 barrier is waited at parity (j // 2) & 1, an empty one at its complement (a fresh barrier passes
 parity 1 at once). Programs are launched last tile first (a request's last tiles see the most pages).
 Needs: fp8 e4m3fn K/V through a 4-D TMA descriptor, head_dim 128, GQA 8 or 16 (codegen.api checks).
+Both launches, the partitions and their helpers live in one module, so it passes 400 lines.
 """
 import torch
 import triton
@@ -47,7 +48,7 @@ STAGES = 2
 CONSUMER_WARPS = 8
 CONVERTER_WARPS = 4
 # Registers of a converter thread (setmaxnreg); the consumer's warps get the rest.
-CONVERTER_REGS = 88
+CONVERTER_REGS = 88  # per_token_head: the scales' loads and maxima (no spill at 88)
 PLAN_WARPS = 4
 
 
@@ -166,22 +167,16 @@ def _issue(kv_desc, k8, v8, kbar, vbar, g, page, j, n_steps, BN: gl.constexpr, D
     v_dst = v8.index(s)._reinterpret(gl.float8e4nv, [1, 1, BN, D], box_layout)
     tma.async_copy_global_to_shared(kv_desc, [page, g, 0, 0], kbar.index(s), k_dst, pred)
     tma.async_copy_global_to_shared(kv_desc, [page, g, 0, D], vbar.index(s), v_dst, pred)
-
-
 @gluon.jit
 def _convert(src, dst, n_vis, scale_row, stride_sc_t, inv_top, BN: gl.constexpr, CR: gl.constexpr,
-             ZERO_PAST: gl.constexpr, SCALED: gl.constexpr, cvt_layout: gl.constexpr):
-    """fp8 shared tile -> registers -> fp16 shared tile, CR rows at a time. ZERO_PAST: rows >= n_vis
-    are 0. SCALED: row n is multiplied by scale_row[n] * inv_top (per_token_head)."""
+             ZERO_PAST: gl.constexpr, cvt_layout: gl.constexpr):
+    """fp8 shared tile -> registers -> fp16 shared tile, CR rows at a time, row n multiplied by its
+    per-token scale over the page's largest (scale_row[n] * inv_top). ZERO_PAST: rows >= n_vis are 0."""
     for c in gl.static_range(BN // CR):
         x = src.slice(c * CR, CR).load(cvt_layout)
-        if SCALED or ZERO_PAST:
-            rows = c * CR + gl.arange(0, CR, layout=gl.SliceLayout(1, cvt_layout))
-        if SCALED:
-            sc = gl.load(scale_row + rows * stride_sc_t, mask=rows < n_vis, other=0.0)
-            y = x.to(gl.float16) * (sc * inv_top).to(gl.float16)[:, None]
-        else:
-            y = x.to(gl.float16)  # e4m3 -> fp16 is exact
+        rows = c * CR + gl.arange(0, CR, layout=gl.SliceLayout(1, cvt_layout))
+        sc = gl.load(scale_row + rows * stride_sc_t, mask=rows < n_vis, other=0.0)
+        y = x.to(gl.float16) * (sc * inv_top).to(gl.float16)[:, None]
         if ZERO_PAST:
             y = gl.where((rows < n_vis)[:, None], y, 0.0)
         dst.slice(c * CR, CR).store(y)
@@ -197,9 +192,9 @@ def _slice_top(scale_row, stride_sc_t, n_vis, BN: gl.constexpr, layout: gl.const
 
 
 @gluon.jit
-def _converter(kv_desc, k8, v8, k16, v16, tops_s, bars, plan_row, g, n_steps, ks_head, vs_head, stride_ks_t, stride_vs_t,
-               BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, NC: gl.constexpr, CR: gl.constexpr,
-               PLAN: gl.constexpr, PAGE: gl.constexpr, PER_TOKEN_SCALES: gl.constexpr):
+def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks_head, vs_head, stride_ks_t,
+               stride_vs_t, BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, NC: gl.constexpr,
+               CR: gl.constexpr, PLAN: gl.constexpr, PAGE: gl.constexpr):
     """Worker partition (4 warps): K/V pages by TMA into the fp8 ring (NS steps ahead), converted into
     the fp16 ring; kready / vready arrived once per step, kempty / vempty (QK / PV of the step NC back
     retired) waited before a stage is overwritten."""
@@ -215,32 +210,25 @@ def _converter(kv_desc, k8, v8, k16, v16, tops_s, bars, plan_row, g, n_steps, ks
         page_n, blk_n, whole_n, tokens_n, n_vis_n = _step_words(plan_row, j + NS, n_steps, PLAN, PAGE)
         ks_row = ks_head + page.to(gl.int64) * PAGE * stride_ks_t
         vs_row = vs_head + page.to(gl.int64) * PAGE * stride_vs_t
-        k_top = 1.0
-        v_top = 1.0
-        if PER_TOKEN_SCALES:
-            k_top = _slice_top(ks_row, stride_ks_t, n_vis, BN, top_layout)
-            v_top = _slice_top(vs_row, stride_vs_t, n_vis, BN, top_layout)
+        k_top = _slice_top(ks_row, stride_ks_t, n_vis, BN, top_layout)
+        v_top = _slice_top(vs_row, stride_vs_t, n_vis, BN, top_layout)
         s = j % NS
         c = j % NC
         ph = (j // NS) & 1
         pe = ((j // NC) & 1) ^ 1
         mbarrier.wait(kbar.index(s), ph)
         mbarrier.wait(kempty.index(c), pe)  # QK(j - NC) retired (and its tops read)
-        if PER_TOKEN_SCALES:
-            tops_s.index(c).store(gl.where(gl.arange(0, 2, layout=tops_layout) == 0, k_top, v_top))
-        _convert(k8.index(s), k16.index(c), n_vis, ks_row, stride_ks_t, 1.0 / k_top, BN, CR, False, PER_TOKEN_SCALES,
-                 cvt_layout)
+        tops_s.index(c).store(gl.where(gl.arange(0, 2, layout=tops_layout) == 0, k_top, v_top))
+        _convert(k8.index(s), k16.index(c), n_vis, ks_row, stride_ks_t, 1.0 / k_top, BN, CR, False, cvt_layout)
         fence_async_shared()  # generic-proxy stores before the consumer's wgmma (async proxy) reads them
         gl.thread_barrier()  # all 4 warps' stores done before the one-thread arrive
         mbarrier.arrive(kready.index(c))
         mbarrier.wait(vbar.index(s), ph)
         mbarrier.wait(vempty.index(c), pe)  # PV(j - NC) retired
         if n_vis < BN:
-            _convert(v8.index(s), v16.index(c), n_vis, vs_row, stride_vs_t, 1.0 / v_top, BN, CR, True, PER_TOKEN_SCALES,
-                     cvt_layout)
+            _convert(v8.index(s), v16.index(c), n_vis, vs_row, stride_vs_t, 1.0 / v_top, BN, CR, True, cvt_layout)
         else:
-            _convert(v8.index(s), v16.index(c), n_vis, vs_row, stride_vs_t, 1.0 / v_top, BN, CR, False, PER_TOKEN_SCALES,
-                     cvt_layout)
+            _convert(v8.index(s), v16.index(c), n_vis, vs_row, stride_vs_t, 1.0 / v_top, BN, CR, False, cvt_layout)
         fence_async_shared()  # also orders this stage's fp8 reads before the TMA below overwrites it
         gl.thread_barrier()
         mbarrier.arrive(vready.index(c))
@@ -250,10 +238,10 @@ def _converter(kv_desc, k8, v8, k16, v16, tops_s, bars, plan_row, g, n_steps, ks
 # ----------------------------------------------------------------------------------------------------------
 # consumer (default partition)
 @gluon.jit
-def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale, v_scale, kv_lo, seq_len, n_tok, out_tok0,
+def _consumer(q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, tops_s, kv_lo, seq_len, n_tok, out_tok0,
               head0, stride_o_t, stride_o_h,
               BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NC: gl.constexpr, GQA: gl.constexpr,
-              PLAN: gl.constexpr, PAGE: gl.constexpr, NUM_WARPS: gl.constexpr, PER_TOKEN_SCALES: gl.constexpr):
+              PLAN: gl.constexpr, PAGE: gl.constexpr, NUM_WARPS: gl.constexpr):
     """QK, masks, softmax, PV, output. Row r is token r // GQA of the tile, query head head0 + r % GQA;
     token t sees keys < min(kv_lo + t + 1, seq_len)."""
     kbar, vbar, kready, vready, kempty, vempty = bars
@@ -270,7 +258,7 @@ def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale,
     m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
     acc = warpgroup_mma_init(gl.zeros([BM, D], gl.float32, o_layout))
-    acc_unit = gl.to_tensor(1.0)  # per_token_head: acc is kept in units of the last page's largest |V scale|
+    acc_unit = gl.to_tensor(1.0)  # acc is kept in units of the last page's largest |V scale|
     page_n, blk_n, whole_n, tokens_n, n_vis_n = _step_words(plan_row, 0, n_steps, PLAN, PAGE)
     for j in range(n_steps):
         page = page_n
@@ -282,12 +270,10 @@ def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale,
         c = j % NC
         ph = (j // NC) & 1
         mbarrier.wait(kready.index(c), ph)
-        s_scale = qk_scale
-        v_top = 1.0
-        if PER_TOKEN_SCALES:  # the page's largest |K| and |V| scales, from the converter (read before kempty)
-            tops = tops_s.index(c).load(tops_layout)
-            s_scale = qk_scale * gl.sum(gl.where(tops_idx == 0, tops, 0.0), 0)
-            v_top = gl.sum(gl.where(tops_idx == 1, tops, 0.0), 0)
+        # the page's largest |K| and |V| scales, from the converter (read before kempty is arrived)
+        tops = tops_s.index(c).load(tops_layout)
+        s_scale = qk_scale * gl.sum(gl.where(tops_idx == 0, tops, 0.0), 0)
+        v_top = gl.sum(gl.where(tops_idx == 1, tops, 0.0), 0)
         qk = warpgroup_mma(q_s, k16.index(c).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
                            use_acc=False, is_async=True)
         qk, acc = warpgroup_mma_wait(0, deps=[qk, acc])  # retires PV(j-1) and QK(j)
@@ -302,9 +288,8 @@ def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale,
         alpha = gl.exp2(m_i - m_shift)
         p = gl.exp2(qk * s_scale - m_shift[:, None])
         l_i = l_i * alpha + gl.sum(p, 1)
-        if PER_TOKEN_SCALES:
-            alpha = alpha * (acc_unit / v_top)
-            acc_unit = v_top
+        alpha = alpha * (acc_unit / v_top)
+        acc_unit = v_top
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
         p16 = gl.convert_layout(p.to(gl.float16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
         mbarrier.wait(vready.index(c), ph)
@@ -312,7 +297,7 @@ def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale,
         m_i = m_new
     acc = warpgroup_mma_wait(0, deps=[acc])
     l_safe = gl.where(l_i > 0.0, l_i, 1.0)  # a row that saw no visible key comes out as zeros
-    o = (acc * gl.convert_layout(v_scale * acc_unit / l_safe, gl.SliceLayout(1, o_layout))[:, None])
+    o = (acc * gl.convert_layout(acc_unit / l_safe, gl.SliceLayout(1, o_layout))[:, None])
     o = o.to(out_ptr.dtype.element_ty)
     # Stored from a blocked layout (16-byte stores along a row): a 16-bit tile goes through q's shared
     # buffer (free: every QK retired), the layout change of another width through the compiler's scratch.
@@ -371,7 +356,7 @@ def _prefill_ws_kernel(
     # shapes and launch parameters
     GQA: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, CONVERT_ROWS: gl.constexpr, PLAN: gl.constexpr, CONVERTER_REGS: gl.constexpr,
-    NUM_WARPS: gl.constexpr, CONVERTER_WARPS: gl.constexpr, PER_TOKEN_SCALES: gl.constexpr,
+    NUM_WARPS: gl.constexpr, CONVERTER_WARPS: gl.constexpr,
 ):
     BM: gl.constexpr = BLOCK_T * GQA
     gl.static_assert(BM == 128)
@@ -404,25 +389,24 @@ def _prefill_ws_kernel(
                 other=0.0)
     qf = q.to(gl.float32)
     q_div = gl.maximum(gl.max(gl.max(gl.abs(qf), 1), 0) / 32768.0, 1.0)
-    qk_scale = sm_scale * 1.4426950408889634
-    v_scale = 1.0
+    qk_scale = sm_scale * 1.4426950408889634  # per-token scales: the converter's, page by page
     q_mul = gl.where(qk_scale < 0.0, -1.0, 1.0) / q_div
     qk_scale = gl.abs(qk_scale) * q_div
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, HEAD_DIM], gl.float16)
     q_s = gl.allocate_shared_memory(gl.float16, [BM, HEAD_DIM], q_layout, (qf * q_mul).to(gl.float16))
     k8, v8, k16, v16, bars = _alloc_rings(BLOCK_N, HEAD_DIM, STAGES, STAGES)
-    # per_token_head: each fp16 stage's largest |K| and |V| scales, converter -> consumer
+    # each fp16 stage's largest |K| and |V| scales, converter -> consumer
     tops_s = gl.allocate_shared_memory(gl.float32, [STAGES, 2], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     fence_async_shared()  # barrier inits and q visible to the TMA unit / wgmma
     gl.thread_barrier()
     ks_head = k_scale_ptr + g.to(gl.int64) * stride_ks_h
     vs_head = v_scale_ptr + g.to(gl.int64) * stride_vs_h
     gl.warp_specialize([
-        (_consumer, (q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale, v_scale, kv_lo, seq_len, n_tok,
-                     q_start + i0, g * GQA, stride_o_t, stride_o_h, BM, BLOCK_N, HEAD_DIM, STAGES, GQA,
-                     PLAN, PAGE, NUM_WARPS, PER_TOKEN_SCALES)),
-        (_converter, (kv_desc, k8, v8, k16, v16, tops_s, bars, plan_row, g, n_steps, ks_head, vs_head, stride_ks_t,
-                      stride_vs_t, BLOCK_N, HEAD_DIM, STAGES, STAGES, CONVERT_ROWS, PLAN, PAGE, PER_TOKEN_SCALES)),
+        (_consumer, (q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, tops_s, kv_lo, seq_len,
+                     n_tok, q_start + i0, g * GQA, stride_o_t, stride_o_h, BM, BLOCK_N, HEAD_DIM, STAGES, GQA, PLAN,
+                     PAGE, NUM_WARPS)),
+        (_converter, (kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks_head, vs_head, stride_ks_t, stride_vs_t,
+                      BLOCK_N, HEAD_DIM, STAGES, STAGES, CONVERT_ROWS, PLAN, PAGE)),
     ], [CONVERTER_WARPS], [CONVERTER_REGS])
 
 
@@ -471,8 +455,7 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, **_):
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, BLOCK_T=config.block_t, BLOCK_N=BLOCK_N, STAGES=STAGES,
                 CONVERT_ROWS=config.convert_rows, PLAN=config.block_t * triton.next_power_of_2(topk),
-                CONVERTER_REGS=CONVERTER_REGS, NUM_WARPS=CONSUMER_WARPS, CONVERTER_WARPS=CONVERTER_WARPS,
-                PER_TOKEN_SCALES=True)
+                CONVERTER_REGS=CONVERTER_REGS, NUM_WARPS=CONSUMER_WARPS, CONVERTER_WARPS=CONVERTER_WARPS)
 
 
 def plan_constexprs(*, topk, config, **_):
@@ -516,4 +499,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '460a0444e01d1a7837bf000859193c848e3ec3504f858c4ed9e0616bbe59a7bc'
+INPUTS_SHA256 = 'e038e113ddd458aeff7ed301e0ea852e1b9abe7d3794b73c4d2384969f0534e3'

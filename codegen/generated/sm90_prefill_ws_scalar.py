@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: 60dfdf02e62d61cd1a9edd92326ab63c1552e1893102f6fe9b41717113712286
+# inputs-sha256: 6d5b775b013b9bfb1e60b0508d414868a913ee69b2668c5d204ae998134232c0
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -26,6 +26,7 @@ Every mbarrier has count 1 (Gluon's arrive is one thread's, after a partition-wi
 barrier is waited at parity (j // 2) & 1, an empty one at its complement (a fresh barrier passes
 parity 1 at once). Programs are launched last tile first (a request's last tiles see the most pages).
 Needs: fp8 e4m3fn K/V through a 4-D TMA descriptor, head_dim 128, GQA 8 or 16 (codegen.api checks).
+Both launches, the partitions and their helpers live in one module, so it passes 400 lines.
 """
 import torch
 import triton
@@ -45,7 +46,7 @@ STAGES = 2
 CONSUMER_WARPS = 8
 CONVERTER_WARPS = 4
 # Registers of a converter thread (setmaxnreg); the consumer's warps get the rest.
-CONVERTER_REGS = 56
+CONVERTER_REGS = 56  # per_token_head: the scales' loads and maxima (no spill at 88)
 PLAN_WARPS = 4
 
 
@@ -164,81 +165,49 @@ def _issue(kv_desc, k8, v8, kbar, vbar, g, page, j, n_steps, BN: gl.constexpr, D
     v_dst = v8.index(s)._reinterpret(gl.float8e4nv, [1, 1, BN, D], box_layout)
     tma.async_copy_global_to_shared(kv_desc, [page, g, 0, 0], kbar.index(s), k_dst, pred)
     tma.async_copy_global_to_shared(kv_desc, [page, g, 0, D], vbar.index(s), v_dst, pred)
-
-
 @gluon.jit
-def _convert(src, dst, n_vis, scale_row, stride_sc_t, inv_top, BN: gl.constexpr, CR: gl.constexpr,
-             ZERO_PAST: gl.constexpr, SCALED: gl.constexpr, cvt_layout: gl.constexpr):
+def _convert(src, dst, n_vis, BN: gl.constexpr, CR: gl.constexpr, ZERO_PAST: gl.constexpr,
+             cvt_layout: gl.constexpr):
     """fp8 shared tile -> registers -> fp16 shared tile, CR rows at a time. ZERO_PAST: rows >= n_vis
-    are 0. SCALED: row n is multiplied by scale_row[n] * inv_top (per_token_head)."""
+    are 0."""
     for c in gl.static_range(BN // CR):
-        x = src.slice(c * CR, CR).load(cvt_layout)
-        if SCALED or ZERO_PAST:
-            rows = c * CR + gl.arange(0, CR, layout=gl.SliceLayout(1, cvt_layout))
-        if SCALED:
-            sc = gl.load(scale_row + rows * stride_sc_t, mask=rows < n_vis, other=0.0)
-            y = x.to(gl.float16) * (sc * inv_top).to(gl.float16)[:, None]
-        else:
-            y = x.to(gl.float16)  # e4m3 -> fp16 is exact
+        y = src.slice(c * CR, CR).load(cvt_layout).to(gl.float16)  # e4m3 -> fp16 is exact
         if ZERO_PAST:
+            rows = c * CR + gl.arange(0, CR, layout=gl.SliceLayout(1, cvt_layout))
             y = gl.where((rows < n_vis)[:, None], y, 0.0)
         dst.slice(c * CR, CR).store(y)
 
 
 @gluon.jit
-def _slice_top(scale_row, stride_sc_t, n_vis, BN: gl.constexpr, layout: gl.constexpr):
-    """The largest |scale| of a page's visible slots (1 when all are 0)."""
-    offs = gl.arange(0, BN, layout=layout)
-    sc = gl.load(scale_row + offs * stride_sc_t, mask=offs < n_vis, other=0.0)
-    top = gl.max(gl.abs(sc), 0)
-    return gl.where(top > 0.0, top, 1.0)
-
-
-@gluon.jit
-def _converter(kv_desc, k8, v8, k16, v16, tops_s, bars, plan_row, g, n_steps, ks_head, vs_head, stride_ks_t, stride_vs_t,
-               BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, NC: gl.constexpr, CR: gl.constexpr,
-               PLAN: gl.constexpr, PAGE: gl.constexpr, PER_TOKEN_SCALES: gl.constexpr):
+def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, NC: gl.constexpr,
+               CR: gl.constexpr, PLAN: gl.constexpr, PAGE: gl.constexpr):
     """Worker partition (4 warps): K/V pages by TMA into the fp8 ring (NS steps ahead), converted into
     the fp16 ring; kready / vready arrived once per step, kempty / vempty (QK / PV of the step NC back
     retired) waited before a stage is overwritten."""
     kbar, vbar, kready, vready, kempty, vempty = bars
     cvt_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
-    top_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    tops_layout: gl.constexpr = gl.BlockedLayout([2], [32], [4], [0])
     for i in gl.static_range(NS):
         page, blk, whole, tokens, n_vis = _step_words(plan_row, i, n_steps, PLAN, PAGE)
         _issue(kv_desc, k8, v8, kbar, vbar, g, page, i, n_steps, BN, D, NS)
     for j in range(n_steps):
         page, blk, whole, tokens, n_vis = _step_words(plan_row, j, n_steps, PLAN, PAGE)
         page_n, blk_n, whole_n, tokens_n, n_vis_n = _step_words(plan_row, j + NS, n_steps, PLAN, PAGE)
-        ks_row = ks_head + page.to(gl.int64) * PAGE * stride_ks_t
-        vs_row = vs_head + page.to(gl.int64) * PAGE * stride_vs_t
-        k_top = 1.0
-        v_top = 1.0
-        if PER_TOKEN_SCALES:
-            k_top = _slice_top(ks_row, stride_ks_t, n_vis, BN, top_layout)
-            v_top = _slice_top(vs_row, stride_vs_t, n_vis, BN, top_layout)
         s = j % NS
         c = j % NC
         ph = (j // NS) & 1
         pe = ((j // NC) & 1) ^ 1
         mbarrier.wait(kbar.index(s), ph)
-        mbarrier.wait(kempty.index(c), pe)  # QK(j - NC) retired (and its tops read)
-        if PER_TOKEN_SCALES:
-            tops_s.index(c).store(gl.where(gl.arange(0, 2, layout=tops_layout) == 0, k_top, v_top))
-        _convert(k8.index(s), k16.index(c), n_vis, ks_row, stride_ks_t, 1.0 / k_top, BN, CR, False, PER_TOKEN_SCALES,
-                 cvt_layout)
+        mbarrier.wait(kempty.index(c), pe)  # QK(j - NC) retired
+        _convert(k8.index(s), k16.index(c), n_vis, BN, CR, False, cvt_layout)
         fence_async_shared()  # generic-proxy stores before the consumer's wgmma (async proxy) reads them
         gl.thread_barrier()  # all 4 warps' stores done before the one-thread arrive
         mbarrier.arrive(kready.index(c))
         mbarrier.wait(vbar.index(s), ph)
         mbarrier.wait(vempty.index(c), pe)  # PV(j - NC) retired
         if n_vis < BN:
-            _convert(v8.index(s), v16.index(c), n_vis, vs_row, stride_vs_t, 1.0 / v_top, BN, CR, True, PER_TOKEN_SCALES,
-                     cvt_layout)
+            _convert(v8.index(s), v16.index(c), n_vis, BN, CR, True, cvt_layout)
         else:
-            _convert(v8.index(s), v16.index(c), n_vis, vs_row, stride_vs_t, 1.0 / v_top, BN, CR, False, PER_TOKEN_SCALES,
-                     cvt_layout)
+            _convert(v8.index(s), v16.index(c), n_vis, BN, CR, False, cvt_layout)
         fence_async_shared()  # also orders this stage's fp8 reads before the TMA below overwrites it
         gl.thread_barrier()
         mbarrier.arrive(vready.index(c))
@@ -248,10 +217,10 @@ def _converter(kv_desc, k8, v8, k16, v16, tops_s, bars, plan_row, g, n_steps, ks
 # ----------------------------------------------------------------------------------------------------------
 # consumer (default partition)
 @gluon.jit
-def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale, v_scale, kv_lo, seq_len, n_tok, out_tok0,
+def _consumer(q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, v_scale, kv_lo, seq_len, n_tok, out_tok0,
               head0, stride_o_t, stride_o_h,
               BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NC: gl.constexpr, GQA: gl.constexpr,
-              PLAN: gl.constexpr, PAGE: gl.constexpr, NUM_WARPS: gl.constexpr, PER_TOKEN_SCALES: gl.constexpr):
+              PLAN: gl.constexpr, PAGE: gl.constexpr, NUM_WARPS: gl.constexpr):
     """QK, masks, softmax, PV, output. Row r is token r // GQA of the tile, query head head0 + r % GQA;
     token t sees keys < min(kv_lo + t + 1, seq_len)."""
     kbar, vbar, kready, vready, kempty, vempty = bars
@@ -259,8 +228,6 @@ def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale,
                                                        instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
                                                        instr_shape=[16, D, 16])
-    tops_layout: gl.constexpr = gl.BlockedLayout([2], [32], [NUM_WARPS], [0])
-    tops_idx = gl.arange(0, 2, layout=tops_layout)
     offs_m = gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
     offs_n = gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
     row_t = offs_m // GQA
@@ -268,7 +235,6 @@ def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale,
     m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
     acc = warpgroup_mma_init(gl.zeros([BM, D], gl.float32, o_layout))
-    acc_unit = gl.to_tensor(1.0)  # per_token_head: acc is kept in units of the last page's largest |V scale|
     page_n, blk_n, whole_n, tokens_n, n_vis_n = _step_words(plan_row, 0, n_steps, PLAN, PAGE)
     for j in range(n_steps):
         page = page_n
@@ -281,11 +247,6 @@ def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale,
         ph = (j // NC) & 1
         mbarrier.wait(kready.index(c), ph)
         s_scale = qk_scale
-        v_top = 1.0
-        if PER_TOKEN_SCALES:  # the page's largest |K| and |V| scales, from the converter (read before kempty)
-            tops = tops_s.index(c).load(tops_layout)
-            s_scale = qk_scale * gl.sum(gl.where(tops_idx == 0, tops, 0.0), 0)
-            v_top = gl.sum(gl.where(tops_idx == 1, tops, 0.0), 0)
         qk = warpgroup_mma(q_s, k16.index(c).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
                            use_acc=False, is_async=True)
         qk, acc = warpgroup_mma_wait(0, deps=[qk, acc])  # retires PV(j-1) and QK(j)
@@ -300,9 +261,6 @@ def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale,
         alpha = gl.exp2(m_i - m_shift)
         p = gl.exp2(qk * s_scale - m_shift[:, None])
         l_i = l_i * alpha + gl.sum(p, 1)
-        if PER_TOKEN_SCALES:
-            alpha = alpha * (acc_unit / v_top)
-            acc_unit = v_top
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
         p16 = gl.convert_layout(p.to(gl.float16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
         mbarrier.wait(vready.index(c), ph)
@@ -310,7 +268,7 @@ def _consumer(q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale,
         m_i = m_new
     acc = warpgroup_mma_wait(0, deps=[acc])
     l_safe = gl.where(l_i > 0.0, l_i, 1.0)  # a row that saw no visible key comes out as zeros
-    o = (acc * gl.convert_layout(v_scale * acc_unit / l_safe, gl.SliceLayout(1, o_layout))[:, None])
+    o = (acc * gl.convert_layout(v_scale / l_safe, gl.SliceLayout(1, o_layout))[:, None])
     o = o.to(out_ptr.dtype.element_ty)
     # Stored from a blocked layout (16-byte stores along a row): a 16-bit tile goes through q's shared
     # buffer (free: every QK retired), the layout change of another width through the compiler's scratch.
@@ -365,11 +323,10 @@ def _prefill_ws_kernel(
     sm_scale,
     # strides
     stride_q_t, stride_q_h, stride_o_t, stride_o_h,
-    stride_ks_h, stride_ks_t, stride_vs_h, stride_vs_t,
     # shapes and launch parameters
     GQA: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, CONVERT_ROWS: gl.constexpr, PLAN: gl.constexpr, CONVERTER_REGS: gl.constexpr,
-    NUM_WARPS: gl.constexpr, CONVERTER_WARPS: gl.constexpr, PER_TOKEN_SCALES: gl.constexpr,
+    NUM_WARPS: gl.constexpr, CONVERTER_WARPS: gl.constexpr,
 ):
     BM: gl.constexpr = BLOCK_T * GQA
     gl.static_assert(BM == 128)
@@ -409,18 +366,14 @@ def _prefill_ws_kernel(
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, HEAD_DIM], gl.float16)
     q_s = gl.allocate_shared_memory(gl.float16, [BM, HEAD_DIM], q_layout, (qf * q_mul).to(gl.float16))
     k8, v8, k16, v16, bars = _alloc_rings(BLOCK_N, HEAD_DIM, STAGES, STAGES)
-    # per_token_head: each fp16 stage's largest |K| and |V| scales, converter -> consumer
-    tops_s = gl.allocate_shared_memory(gl.float32, [STAGES, 2], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     fence_async_shared()  # barrier inits and q visible to the TMA unit / wgmma
     gl.thread_barrier()
-    ks_head = k_scale_ptr + g.to(gl.int64) * stride_ks_h
-    vs_head = v_scale_ptr + g.to(gl.int64) * stride_vs_h
     gl.warp_specialize([
-        (_consumer, (q_s, k16, v16, tops_s, bars, out_ptr, plan_row, n_steps, qk_scale, v_scale, kv_lo, seq_len, n_tok,
-                     q_start + i0, g * GQA, stride_o_t, stride_o_h, BM, BLOCK_N, HEAD_DIM, STAGES, GQA,
-                     PLAN, PAGE, NUM_WARPS, PER_TOKEN_SCALES)),
-        (_converter, (kv_desc, k8, v8, k16, v16, tops_s, bars, plan_row, g, n_steps, ks_head, vs_head, stride_ks_t,
-                      stride_vs_t, BLOCK_N, HEAD_DIM, STAGES, STAGES, CONVERT_ROWS, PLAN, PAGE, PER_TOKEN_SCALES)),
+        (_consumer, (q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, v_scale, kv_lo, seq_len,
+                     n_tok, q_start + i0, g * GQA, stride_o_t, stride_o_h, BM, BLOCK_N, HEAD_DIM, STAGES, GQA, PLAN,
+                     PAGE, NUM_WARPS)),
+        (_converter, (kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps,
+                      BLOCK_N, HEAD_DIM, STAGES, STAGES, CONVERT_ROWS, PLAN, PAGE)),
     ], [CONVERTER_WARPS], [CONVERTER_REGS])
 
 
@@ -469,8 +422,7 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, **_):
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, BLOCK_T=config.block_t, BLOCK_N=BLOCK_N, STAGES=STAGES,
                 CONVERT_ROWS=config.convert_rows, PLAN=config.block_t * triton.next_power_of_2(topk),
-                CONVERTER_REGS=CONVERTER_REGS, NUM_WARPS=CONSUMER_WARPS, CONVERTER_WARPS=CONVERTER_WARPS,
-                PER_TOKEN_SCALES=False)
+                CONVERTER_REGS=CONVERTER_REGS, NUM_WARPS=CONSUMER_WARPS, CONVERTER_WARPS=CONVERTER_WARPS)
 
 
 def plan_constexprs(*, topk, config, **_):
@@ -501,7 +453,6 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     args = (
         q, kv_descriptor(kv_cache), plan, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale,
         float(sm_scale), q.stride(0), q.stride(1), output.stride(0), output.stride(1),
-        0, 0, 0, 0,  # one-element scales: no strides
     )
     kwargs = dict(**constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
                                config=config), **options(config))
@@ -514,4 +465,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '60dfdf02e62d61cd1a9edd92326ab63c1552e1893102f6fe9b41717113712286'
+INPUTS_SHA256 = '6d5b775b013b9bfb1e60b0508d414868a913ee69b2668c5d204ae998134232c0'

@@ -17,6 +17,8 @@ KERNEL_ARGS = {
     "h200_prefill_incumbents_per_token.json": ["--kernels", "prefill", "--prefill-paths", "per_token"],
     "h200_prefill_ws.json": ["--kernels", "prefill", "--prefill-paths", "tiled", "--modes",
                              "scalar:fp8,per_token_head:fp8"],
+    "h200_prefill_ws_per_token.json": ["--kernels", "prefill", "--prefill-paths", "per_token", "--modes",
+                                       "scalar:fp8,per_token_head:fp8"],
 }
 
 

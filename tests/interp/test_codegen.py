@@ -50,9 +50,16 @@ def test_each_module_holds_only_its_scale_mode():
         assert "SCALE_MODE" not in text.split("SCALE_MODE = ", 1)[1].split("\n", 1)[1]  # only the constant
         if r.variant.scale_mode == "none":
             assert "k_scale_ptr" not in text and "v_scale_ptr" not in text
-        if r.variant.scale_mode == "scalar" and r.variant.kernel != "decode_merge" and r.variant.fold_scales:
+        if r.variant.kernel == "prefill_ws":
+            # Gluon (gl.): the converter partition applies per-token scales; a scalar module has none of it
+            if r.variant.scale_mode == "scalar":
+                assert "qk_scale = sm_scale * 1.4426950408889634 * gl.load(k_scale_ptr)" in text
+                assert "_slice_top" not in text and "stride_ks" not in text and "tops_s" not in text
+            if r.variant.scale_mode == "per_token_head":
+                assert "gl.load(k_scale_ptr)" not in text and "k_top = _slice_top(ks_row" in text
+        elif r.variant.scale_mode == "scalar" and r.variant.kernel != "decode_merge" and r.variant.fold_scales:
             assert "k_sc = " not in text and "qk_scale = sm_scale * 1.4426950408889634 * tl.load(k_scale_ptr)" in text
-        if r.variant.scale_mode == "per_token_head" and r.variant.kernel != "decode_merge":
+        elif r.variant.scale_mode == "per_token_head" and r.variant.kernel != "decode_merge":
             assert "k_sc = tl.load(ks_row_ptr" in text and "p = p * v_sc[None, :]" in text
         assert "make_block_ptr" not in text
 
@@ -61,7 +68,8 @@ def test_variant_names_are_unique_and_importable():
     import importlib
 
     names = [v.name for v in all_variants()]
-    assert len(names) == len(set(names)) == 24  # 2 archs x 3 kernels x 3 modes, + 6 unfolded baselines
+    # 2 archs x 3 kernels x 3 modes, + 6 unfolded baselines, + prefill_ws (sm90: scalar, per_token_head)
+    assert len(names) == len(set(names)) == 26
     for v in all_variants():
         mod = importlib.import_module(v.module)
         assert mod.ARCH == v.arch and mod.SCALE_MODE == v.scale_mode
