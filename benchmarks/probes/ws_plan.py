@@ -1,10 +1,14 @@
-"""How long does the warp-specialized tile's plan launch take, by its warps? (H200)
+"""Where does a call of the warp-specialized tile spend the time beyond the Gluon kernel? (H200)
 
 The Gluon prefill tile (codegen/generated/sm90_prefill_ws_*.py) runs after a Triton-language launch that
-writes each tile's plan (templates/_tile_plan.jinja). This times that launch alone, graph-timed over
-rotating seeds, at PLAN_WARPS 1, 2, 4, 8, on the bench's correlated prefill cases, beside the whole call.
+writes each tile's plan (templates/_tile_plan.jinja); under selection='auto' a decision launch comes
+first (codegen.selection_kernel) and the per-token walk is launched too, over empty requests when the
+tiles are chosen. This times, graph-timed over 3 rotating seeds of the bench's correlated prefill cases
+(scalar scales): the plan launch alone (PLAN_WARPS 1, 2, 4, 8 with --warps), the whole call with
+selection 'tiled' and 'auto', the decision launch alone, and the empty per-token launch alone; and prints
+what 'auto' decides on the device.
 
-  python benchmarks/probes/ws_plan.py [--out DIR]
+  python benchmarks/probes/ws_plan.py [--warps] [--out DIR]
 """
 from __future__ import annotations
 
@@ -23,53 +27,75 @@ import triton  # noqa: E402
 CASES = (("tp1", 4, 2048), ("tp1", 1, 8192), ("tp4", 1, 8192), ("tp8", 1, 8192))
 
 
+def _recorded(launch, case, config, cu=None):
+    """The (kernel, grid, args, kwargs) launches `launch` records for `case` (cu_seqlens_q replaced by `cu`)."""
+    a = case.args
+    recorded = []
+    launch(a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["cu_seqlens_q"] if cu is None else cu,
+           a["seq_lens"], a["prefix_lens"], a["max_query_len"], a["num_kv_heads"], a["sm_scale"], a["output"],
+           a["k_scale"], a["v_scale"], config, record=recorded)
+    return recorded
+
+
+def _as_call(launches):
+    return lambda: [kernel[grid](*args, **kw) for kernel, grid, args, kw in launches]
+
+
 def main() -> None:
     import bench
-    from codegen import cases, selection_kernel
+    from codegen import cases, get_config, selection_kernel
     from codegen import selection as tile_selection
     from codegen.configs import ws_config
+    from codegen.generated import sm90_prefill_scalar as tiles
     from codegen.generated import sm90_prefill_ws_scalar as ws
     from codegen.timing import graph_time
 
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--warps", action="store_true", help="also time the plan launch at 1, 2 and 8 warps")
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args()
     rows = []
+
+    def row(**values):
+        rows.append(values)
+        print(values, flush=True)
+
     for layout, batch, tokens in CASES:
+        name = f"{layout} {batch}x{tokens}"
         spec = bench.Spec("prefill", layout, "scalar", batch, tokens, 0, "correlated")
         sets = [bench.build(spec, "sm90", seed) for seed in range(3)]
         hq, hkv = bench.LAYOUTS[layout]
         config = ws_config(gqa=hq // hkv)
-        for warps in (1, 2, 4, 8):
-            ws.PLAN_WARPS = warps
-            calls = []
-            for case in sets:
-                recorded = []
-                a = case.args
-                ws.launch(a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["cu_seqlens_q"], a["seq_lens"],
-                          a["prefix_lens"], a["max_query_len"], a["num_kv_heads"], a["sm_scale"], a["output"],
-                          a["k_scale"], a["v_scale"], config, record=recorded)
-                kernel, grid, kargs, kw = recorded[0]
-                calls.append(lambda kernel=kernel, grid=grid, kargs=kargs, kw=kw: kernel[grid](*kargs, **kw))
-            t = graph_time(calls * 4, replays=10)
-            rows.append(dict(case=f"{layout} {batch}x{tokens}", plan_warps=warps, plan_us=round(t.median_us, 2)))
-            print(rows[-1], flush=True)
-        ws.PLAN_WARPS = 4
+        for warps in (1, 2, 4, 8) if args.warps else (ws.PLAN_WARPS,):
+            default, ws.PLAN_WARPS = ws.PLAN_WARPS, warps
+            calls = [_as_call(_recorded(ws.launch, c, config)[:1]) for c in sets]
+            ws.PLAN_WARPS = default
+            row(case=name, part="plan launch", plan_warps=warps, us=round(graph_time(calls * 4, replays=10).median_us, 2))
         for selection in ("tiled", "auto"):
             t = graph_time([lambda c=c: cases.run_kernel(c, config=config, selection=selection) for c in sets] * 4,
                            replays=10)
-            rows.append(dict(case=f"{layout} {batch}x{tokens}", selection=selection, whole_call_us=round(t.median_us, 1)))
-            print(rows[-1], flush=True)
-        # what 'auto' decides on the device at this block_t (and at half of it)
+            row(case=name, part=f"whole call, selection {selection}", us=round(t.median_us, 1))
+        sampled_t = tile_selection.sampled_block_t(config.block_t)
+        threshold = tile_selection.tiles_pay_off_below(sampled_t, "scalar")
+
+        def decide(c):
+            a = c.args
+            return selection_kernel.decide_and_split(a["topk_idx"], sampled_t, threshold, a["cu_seqlens_q"],
+                                                     a["prefix_lens"], tile_selection.SAMPLED_TILES)
+        t = graph_time([lambda c=c: decide(c) for c in sets] * 4, replays=10)
+        row(case=name, part="decision launch", block_t=sampled_t, us=round(t.median_us, 2))
+        per_token = get_config("prefill", "sm90", torch.cuda.get_device_name(), "scalar", "fp8", hq, hkv,
+                               tokens * batch, per_token=True).config
+        empty = [torch.zeros_like(c.args["cu_seqlens_q"]) for c in sets]
+        calls = [_as_call(_recorded(tiles.launch, c, per_token, cu)) for c, cu in zip(sets, empty)]
+        row(case=name, part="per-token launch over empty requests", us=round(graph_time(calls * 4, replays=10).median_us, 2))
+        estimate = torch.zeros(1, device="cuda")
         a = sets[0].args
-        for block_t in (config.block_t, config.block_t // 2):
-            estimate = torch.zeros(1, device="cuda")
-            tiled_cu, per_token_cu = selection_kernel.decide_and_split(
-                a["topk_idx"], block_t, tile_selection.tiles_pay_off_below(block_t, "scalar"), a["cu_seqlens_q"],
-                a["prefix_lens"], tile_selection.SAMPLED_TILES, inflation_out=estimate)
-            rows.append(dict(case=f"{layout} {batch}x{tokens}", block_t=block_t, inflation=round(float(estimate), 3),
-                             tiled_cu=tiled_cu.tolist(), per_token_cu=per_token_cu.tolist()))
-            print(rows[-1], flush=True)
+        tiled_cu, _ = selection_kernel.decide_and_split(a["topk_idx"], sampled_t, threshold, a["cu_seqlens_q"],
+                                                        a["prefix_lens"], tile_selection.SAMPLED_TILES,
+                                                        inflation_out=estimate)
+        row(case=name, part="auto's decision", block_t=sampled_t, inflation=round(float(estimate), 3),
+            tiles=bool(tiled_cu[-1] > 0))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "ws_plan.json").write_text(json.dumps(dict(torch=torch.__version__, triton=triton.__version__,
