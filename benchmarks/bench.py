@@ -109,7 +109,8 @@ def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[Laun
     by itself (config=None: the loader's tuned entry when a file matches; prefill's selection
     'auto'); 'ws' / 'ws:N': the warp-specialized Gluon tile (sm90 fp8 prefill, convert_rows N, 'auto');
     'untuned': the arch default; 'unfolded': the runtime config in the seed's unfolded
-    scalar rendering; 'tiled' / 'per_token' / 'auto': prefill's selection argument, the API
+    scalar rendering (none where the runtime runs the Gluon tile, which has no unfolded form);
+    'tiled' / 'per_token' / 'auto': prefill's selection argument, the API
     picking the config (the one shown is the tiled one for auto); or a JSON object overriding
     fields of the runtime config. (None, {}) when the column does not apply to the case."""
     hq, hkv = LAYOUTS[spec.layout]
@@ -130,8 +131,10 @@ def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[Laun
     if variant == "untuned":
         default = default_config(arch, spec.kernel, num_tokens=case.args["q"].shape[0], num_kv_heads=hkv)
         return default, dict(config=default)
-    if variant == "unfolded":
-        return (runtime, dict(config=runtime, fold_scales=False)) if spec.mode == "scalar" else (None, {})
+    if variant == "unfolded":  # the seed's baseline exists for the Triton-language kernels, scalar scales only
+        if spec.mode != "scalar" or runtime.warp_specialize:
+            return None, {}
+        return runtime, dict(config=runtime, fold_scales=False)
     override = dataclasses.replace(runtime, **json.loads(variant))
     return override, dict(config=override)
 

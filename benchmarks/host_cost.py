@@ -128,11 +128,10 @@ def _floor_calls(codegen, fn, args):
             values[pos] = tensors[role]
         encoded = {}  # descriptors as the C entry takes them, by position
         metas = getattr(launch.compiled.metadata, "tensordesc_meta", None) or [None] * len(launch.descriptor_slots)
-        for (pos, role, block), meta in zip(launch.descriptor_slots, metas):
-            shape, strides, dtype = launch.descriptor_layouts[pos]
+        for (pos, role, template), meta in zip(launch.descriptor_slots, metas):
             ptr = tensors[role].data_ptr()
-            values[pos] = bound_launch._Descriptors(shape, strides, dtype, block, meta, encode=False)(ptr)
-            encoded[pos] = bound_launch._Descriptors(shape, strides, dtype, block, meta, encode=True)(ptr)
+            values[pos] = bound_launch._Descriptors(template, meta, encode=False)(ptr)
+            encoded[pos] = bound_launch._Descriptors(template, meta, encode=True)(ptr)
         triton_launches.append((launch.launcher, launch.grid, launch.function, launch.packed_metadata, values))
         entry = bound_launch._direct_entry(launch.launcher)
         if entry is None:
