@@ -2,9 +2,11 @@
 
   python -m codegen.static_cli compile --arch sm90 --kernel prefill --scale-mode scalar --kv-dtype fp8 \\
       --heads 16/1 --config '{"block_n": 64}'
-      One kernel (prefill | decode_split | decode_merge) or one runtime call (decode = split + merge):
-      prints its resource report. Exit 1 when it breaks a limit or spills. --unfolded compiles the
-      unfolded scalar baseline module (<variant>_unfolded; --scale-mode scalar only).
+      One kernel (prefill | prefill_ws | decode_split | decode_merge) or one runtime call (decode =
+      split + merge): prints its resource report. Exit 1 when it breaks a limit or spills. --unfolded
+      compiles the unfolded scalar baseline module (<variant>_unfolded; --scale-mode scalar only).
+      prefill_ws is the warp-specialized Gluon tile (sm90, --scale-mode scalar | per_token_head, fp8):
+      its --config fields go over configs.ws_config for the heads' GQA, e.g. '{"convert_rows": 16}'.
   python -m codegen.static_cli report [--json out.json] [--markdown out.md] [--jobs N] [--no-cache]
       Every shipped (module, config): compiles in parallel, prints the table. Exit 1 when a launch has
       a problem that static_exceptions.json does not list.
@@ -18,8 +20,9 @@ import shlex
 import sys
 
 from . import static
+from .configs import ws_config
 
-_COMPILE_KERNELS = ("prefill", "decode_split", "decode_merge", "decode")
+_COMPILE_KERNELS = ("prefill", "prefill_ws", "decode_split", "decode_merge", "decode")
 
 
 def _heads(text: str) -> tuple[int, int]:
@@ -51,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     one.add_argument("--scale-mode", required=True)
     one.add_argument("--kv-dtype", required=True, choices=static.KV_DTYPES)
     one.add_argument("--heads", required=True, type=_heads, help="q heads / kv heads, e.g. 64/4")
-    one.add_argument("--config", type=_json_object, default={}, help="LaunchConfig fields as JSON (others default)")
+    one.add_argument("--config", type=_json_object, default={},
+                     help="LaunchConfig fields as JSON (others default; prefill_ws: configs.ws_config's)")
     one.add_argument("--options", type=_json_object, default=None,
                      help="extra compile options as JSON, checked against the backend's option names")
     one.add_argument("--head-dim", type=int, default=128)
@@ -93,16 +97,28 @@ def _print_report(report: static.ResourceReport) -> None:
     print("  " + ("ok" if report.ok else "PROBLEMS:\n    " + "\n    ".join(report.problems)))
 
 
+def _config(args) -> dict:
+    """--config's fields; for prefill_ws over the warp-specialized tile's config for the heads' GQA
+    (its fixed fields and block_t are then right without being spelled out)."""
+    if args.kernel != "prefill_ws":
+        return args.config
+    hq, hkv = args.heads
+    if min(hq, hkv) < 1 or hq % hkv:
+        raise ValueError(f"--heads: expected q heads a multiple of kv heads, got {hq}/{hkv}")
+    return {**ws_config(gqa=hq // hkv).to_dict(), **args.config}
+
+
 def _run_compile(args) -> int:
     hq, hkv = args.heads
+    config = _config(args)
     common = dict(head_dim=args.head_dim, topk=args.topk, q_dtype=args.q_dtype, varlen=args.varlen,
                   options=args.options, use_cache=not args.no_cache, fold_scales=not args.unfolded)
     if args.kernel == "decode":
-        reports = static.check_launch(args.arch, "decode", args.scale_mode, args.kv_dtype, hq, hkv, args.config,
+        reports = static.check_launch(args.arch, "decode", args.scale_mode, args.kv_dtype, hq, hkv, config,
                                       **common)
     else:
         reports = [static.compile_report(args.arch, args.kernel, args.scale_mode, args.kv_dtype, hq, hkv,
-                                         args.config, **common)]
+                                         config, **common)]
     if args.json:
         print(json.dumps([r.to_dict() for r in reports], indent=1, sort_keys=True, default=str))
     else:

@@ -5,7 +5,9 @@ sm90 (``GPUTarget("cuda", 90, 32)``) or gfx942 (``GPUTarget("hip", "gfx942", 64)
 `ResourceReport`: registers, spills, scratch, shared memory / LDS, occupancy (gfx942), the matrix
 instructions used, and the limit violations (`problems`). `check_launch` does the same for what
 one runtime call launches (decode = split kernel, plus the merge kernel unless the merge is fused);
-the tuner uses it to drop a candidate before spending GPU time on it. `shipped_launches` and
+the tuner uses it to drop a candidate before spending GPU time on it. A prefill config with
+warp_specialize=1 compiles the warp-specialized Gluon tile (kernel "prefill_ws", from a
+GluonASTSource), as codegen.api runs it. `shipped_launches` and
 `report` cover every shipped (module, config); `python -m codegen.static_cli` is the command line.
 
 Figures come from the artifacts the GPU would load:

@@ -23,7 +23,8 @@ from ..configs import validate_config
 from ..modules import load_module
 from ..shapes import torch_dtype
 from ..variants import PAGE_SIZE, get_arch
-from .launch import FIGURES_VERSION, Q_DTYPES, StaticLaunch, _backend_classes, target_of, validate_options
+from .launch import (FIGURES_VERSION, Q_DTYPES, StaticLaunch, _backend_classes, check_tile_module, sample_kv_cache,
+                     target_of, validate_options)
 
 # ---------------------------------------------------------------------------------------------
 # Signature and specialization: mimic a typical real launch
@@ -80,11 +81,13 @@ def _pointer_dtype(launch: StaticLaunch, arg: str) -> torch.dtype:
 
 
 def _kv_descriptor(launch: StaticLaunch, kernel_constexprs: dict):
-    """The decode kernel's `kv_desc` argument: the module's own TMA descriptor over a small cache
-    of the launch's dtype and head_dim (only its type and box shape enter the signature), or,
-    without TMA, the cache tensor the launcher passes in its place."""
-    cache = torch.empty(2, launch.num_kv_heads, PAGE_SIZE, 2 * launch.head_dim,
-                        dtype=torch_dtype(launch.arch, launch.kv_dtype))
+    """The `kv_desc` argument: the module's own TMA descriptor over a small cache of the launch's
+    dtype and head_dim (only its type and box shape enter the signature), or, without TMA, the
+    cache tensor the launcher passes in its place. prefill_ws always reads through its descriptor
+    (a Gluon one, whose box the module fixes)."""
+    cache = sample_kv_cache(launch)
+    if launch.kernel == "prefill_ws":
+        return launch.module().kv_descriptor(cache)
     if not kernel_constexprs.get("KV_TMA"):
         return cache
     return launch.module().kv_descriptor(cache, launch.head_dim, kernel_constexprs["BLOCK_N"])
@@ -106,12 +109,14 @@ def _signature(launch: StaticLaunch, fn, kernel_constexprs: dict) -> tuple[dict,
     on (triton's default), within 2 GB ("S": ``tt.pointer_range = 32``); both come from handing a
     small CPU tensor of the right dtype to the JIT's specializer. In ASTSource, attrs are keyed
     by the argument's index path ``(i,)`` and hold ``[[name, value], ...]`` (triton 3.6 and 3.9).
+    Arguments the function lists in do_not_specialize (or do_not_specialize_on_alignment) are
+    specialized as the JIT's binder does them: a plain i32 even at value 1, with no divisibility.
     """
     backend_cls, _ = _backend_classes(launch.arch)
     specialize = _specializer()
     typical = _typical_int_args(launch)
     signature, constexprs, attrs, notes = {}, dict(kernel_constexprs), {}, []
-    for index, name in enumerate(fn.arg_names):
+    for index, (name, param) in enumerate(zip(fn.arg_names, fn.params)):
         if name in kernel_constexprs:
             signature[name] = "constexpr"
             continue
@@ -126,7 +131,8 @@ def _signature(launch: StaticLaunch, fn, kernel_constexprs: dict) -> tuple[dict,
         else:  # an argument this module does not know: compile it unspecialized and say so
             value = 7
             notes.append(f"argument {name!r} has no typical value in codegen.static; compiled as a generic i32")
-        kind, desc = specialize(backend_cls, value, False, True, True)
+        kind, desc = specialize(backend_cls, value, False, not param.do_not_specialize,
+                                not param.do_not_specialize_on_alignment)
         signature[name] = kind
         if kind == "constexpr":
             constexprs[name] = desc
@@ -136,13 +142,13 @@ def _signature(launch: StaticLaunch, fn, kernel_constexprs: dict) -> tuple[dict,
 
 
 def _jit_function(kernel):
-    """The JITFunction under any heuristics/autotune wrappers."""
+    """The JITFunction (a @gluon.jit one too: a subclass) under any heuristics/autotune wrappers."""
     from triton.runtime.jit import JITFunction
 
     fn = kernel
     while not isinstance(fn, JITFunction):
         if not hasattr(fn, "fn"):
-            raise TypeError(f"KERNEL: expected a @triton.jit function, got {type(kernel).__name__} "
+            raise TypeError(f"KERNEL: expected a @triton.jit or @gluon.jit function, got {type(kernel).__name__} "
                             "(is TRITON_INTERPRET=1 set? static checks need real compilation)")
         fn = fn.fn
     return fn
@@ -193,6 +199,7 @@ def _module_text_sha256(module) -> str:
 def compile_inputs(launch: StaticLaunch, options: Mapping[str, Any] | None = None) -> CompileInputs:
     """Everything triton.compile gets for `launch`, validated, plus its cache key. Compiles nothing."""
     validate_config(launch.config, arch=launch.arch, kernel=launch.family, topk=launch.topk)
+    check_tile_module(launch)
     module = launch.module()
     fn = _jit_function(module.KERNEL)
     kernel_constexprs = module.constexprs(num_q_heads=launch.num_q_heads, num_kv_heads=launch.num_kv_heads,
@@ -349,11 +356,14 @@ def compile_figures(inputs: CompileInputs) -> dict:
 
 
 def _ast_source(inputs: CompileInputs):
-    """What triton.compile takes for `inputs`' kernel, as the JIT would build it."""
-    from triton.compiler import ASTSource
-
-    return ASTSource(fn=_jit_function(inputs.launch.module().KERNEL), signature=inputs.signature,
-                     constexprs=inputs.constexprs, attrs=inputs.attrs)
+    """What triton.compile takes for `inputs`' kernel, as the JIT would build it: a Gluon kernel
+    compiles from a GluonASTSource (its IR is written by the kernel, not lowered from Triton's)."""
+    fn = _jit_function(inputs.launch.module().KERNEL)
+    if fn.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource as source_class
+    else:
+        from triton.compiler import ASTSource as source_class
+    return source_class(fn, inputs.signature, inputs.constexprs, inputs.attrs)
 
 
 def compile_asm(launch: StaticLaunch, stage: str = "ptx") -> str | bytes:

@@ -5,12 +5,14 @@ import dataclasses
 import pathlib
 from typing import Any, Mapping
 
+import torch
+
 from ..configs import LaunchConfig
 from ..modules import load_module
 from ..shapes import DTYPES as Q_DTYPES  # a query's dtype by name (no fp8 queries)
-from ..shapes import DECODE_BUCKETS, KV_DTYPES
+from ..shapes import DECODE_BUCKETS, KV_DTYPES, torch_dtype
 from ..tuned_store import REPO_CONFIG_DIR as TUNED_DIR
-from ..variants import ARCHS, Variant, get_arch
+from ..variants import ARCHS, PAGE_SIZE, WS_SCALE_MODES, Variant, get_arch, has_variant
 
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -100,7 +102,7 @@ class StaticLaunch:
     """One compile of one generated kernel, as a runtime call would launch it."""
 
     arch: str
-    kernel: str  # "prefill" | "decode_split" | "decode_merge"
+    kernel: str  # "prefill" | "prefill_ws" (warp_specialize configs) | "decode_split" | "decode_merge"
     scale_mode: str
     kv_dtype: str  # "fp8" | "bf16" | "fp16"
     num_q_heads: int
@@ -147,7 +149,7 @@ class StaticLaunch:
     @property
     def family(self) -> str:
         """The tunable kernel family ("prefill" or "decode") whose config this is."""
-        return "prefill" if self.kernel == "prefill" else "decode"
+        return "prefill" if self.kernel.startswith("prefill") else "decode"
 
     @property
     def heads(self) -> str:
@@ -166,6 +168,8 @@ def config_label(arch: str, kernel: str, config: LaunchConfig) -> str:
     """The config fields that matter to `kernel` on `arch`, short (e.g. "bn64 bt1 w4 st2")."""
     if kernel == "decode_merge":
         return f"sp{config.num_splits} w{config.merge_num_warps}"
+    if kernel == "prefill_ws":  # its other fields are fixed (configs.WS_FIXED)
+        return f"ws bt{config.block_t} cr{config.convert_rows}"
     parts = [f"bn{config.block_n}"]
     if kernel == "prefill":
         parts.append(f"bt{config.block_t}")
@@ -190,15 +194,58 @@ def _as_config(config) -> LaunchConfig:
     return LaunchConfig.from_dict(config)
 
 
+def prefill_kernel(arch: str, scale_mode: str, config: LaunchConfig, fold_scales: bool = True) -> str:
+    """The generated module a prefill config's tiles run: prefill_ws for warp_specialize configs where
+    that module exists, else prefill (where a warp_specialize config is then reported as invalid)."""
+    if config.warp_specialize and has_variant(arch, "prefill_ws", scale_mode, fold_scales):
+        return "prefill_ws"
+    return "prefill"
+
+
+def sample_kv_cache(launch: StaticLaunch) -> torch.Tensor:
+    """A small paged cache [pages, Hkv, 128, 2 * head_dim] of the launch's KV dtype."""
+    return torch.empty(2, launch.num_kv_heads, PAGE_SIZE, 2 * launch.head_dim,
+                       dtype=torch_dtype(launch.arch, launch.kv_dtype))
+
+
+def check_tile_module(launch: StaticLaunch) -> None:
+    """Raises ValueError unless a prefill launch compiles the module its config runs (codegen.api):
+    warp_specialize=1 runs the Gluon tile (prefill_ws), at the shapes that module accepts, and no
+    other config runs it."""
+    if launch.kernel == "prefill_ws":
+        _check_ws_launch(launch)
+    elif launch.kernel == "prefill" and launch.config.warp_specialize:
+        if prefill_kernel(launch.arch, launch.scale_mode, launch.config, launch.fold_scales) == "prefill_ws":
+            hint = "compile it as kernel 'prefill_ws' (launches_for does)"
+        else:
+            archs = ", ".join(arch for arch, spec in ARCHS.items() if spec.gluon_ws)
+            hint = (f"there is none for {launch.arch} scale mode {launch.scale_mode!r}"
+                    f"{'' if launch.fold_scales else ' unfolded'} (folded {WS_SCALE_MODES} on {archs} only)")
+        raise ValueError(f"config.warp_specialize: 1 runs the Gluon tile (prefill_ws), not {launch.variant}; {hint}")
+
+
+def _check_ws_launch(launch: StaticLaunch) -> None:
+    """A prefill_ws launch needs a warp_specialize config and what its module's own `unsupported`
+    accepts (GQA, head_dim, an fp8 e4m3fn cache, block_t): codegen.api never runs anything else."""
+    if not launch.config.warp_specialize:
+        raise ValueError("config.warp_specialize: kernel 'prefill_ws' is the warp-specialized tile, which takes "
+                         "warp_specialize=1 (codegen.configs.ws_config), got 0")
+    q = torch.empty(1, launch.num_q_heads, launch.head_dim, dtype=Q_DTYPES[launch.q_dtype])
+    why = launch.module().unsupported(q=q, kv_cache=sample_kv_cache(launch), num_kv_heads=launch.num_kv_heads,
+                                      output=q, config=launch.config)
+    if why is not None:
+        raise ValueError(f"{launch.variant}: needs {why}")
+
+
 def launches_for(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_heads: int, num_kv_heads: int,
                  config, *, head_dim: int = 128, topk: int = 16, q_dtype: str = "bf16", varlen: bool = False,
                  source: str = "custom", fold_scales: bool = True) -> list[StaticLaunch]:
-    """The kernels one runtime call launches: prefill; or decode_split (+ decode_merge when the config
-    launches a merge kernel: more than one split, not fused).
+    """The kernels one runtime call launches: prefill (prefill_ws for a warp_specialize config); or
+    decode_split (+ decode_merge when the config launches a merge kernel: more than one split, not fused).
     fold_scales=False: the unfolded scalar baseline modules (as codegen.api with fold_scales=False)."""
     config = _as_config(config)
     if kernel == "prefill":
-        kernels = ["prefill"]
+        kernels = [prefill_kernel(arch, scale_mode, config, fold_scales)]
     elif kernel == "decode":
         kernels = ["decode_split"] + (["decode_merge"] if config.launches_merge else [])
     else:

@@ -157,7 +157,8 @@ def compile_report(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q
                    use_cache: bool = True, fold_scales: bool = True) -> ResourceReport:
     """Compiles one generated kernel ahead of time for `arch` and returns its resource report.
 
-    kernel: "prefill" | "decode_split" | "decode_merge"; kv_dtype: "fp8" | "bf16" | "fp16";
+    kernel: "prefill" | "prefill_ws" (a warp_specialize config, e.g. configs.ws_config) | "decode_split" |
+    "decode_merge"; kv_dtype: "fp8" | "bf16" | "fp16";
     config: a LaunchConfig or a mapping of its fields. use_pdl: None = what the runtime does (on
     for sm90 decode kernels). options: extra compile options over the module's own, validated
     by name against the backend (a misspelled option is a ValueError). fold_scales=False: the
@@ -177,8 +178,9 @@ def check_launch(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_h
                  config, *, fold_scales: bool = True, **kw) -> list[ResourceReport]:
     """Reports for every kernel one runtime call launches (kernel: "prefill" | "decode").
 
-    decode = decode_split, plus decode_merge when config.launches_merge (sm90 with use_pdl, as the
-    runtime). Keywords: head_dim, topk, q_dtype, varlen, fold_scales (False: the unfolded scalar
+    prefill = the prefill module's tile, or prefill_ws's for a warp_specialize config; decode =
+    decode_split, plus decode_merge when config.launches_merge (sm90 with use_pdl, as the runtime).
+    Keywords: head_dim, topk, q_dtype, varlen, fold_scales (False: the unfolded scalar
     baseline), options, use_cache. The launch fits when
     ``all(r.ok for r in reports)``; otherwise each report's `problems` say which figure broke
     which limit (the tuner records them as the reason to drop the candidate).

@@ -9,14 +9,19 @@ import warnings
 from typing import Any, Iterable
 
 
-from ..configs import LaunchConfig, default_config
-from ..variants import ARCHS
+from ..configs import LaunchConfig, default_config, ws_config
+from ..variants import ARCHS, WS_SCALE_MODES
 from .compile import compile_inputs
 from ..shapes import SERVING_LAYOUTS
 from .launch import DECODE_TOKEN_COUNTS, SHIPPED_MODES, SHIPPED_UNFOLDED_MODES, StaticLaunch, TUNED_DIR, launches_for
 
 # ---------------------------------------------------------------------------------------------
 # Everything shipped
+
+# The warp-specialized tile's convert_rows gated by design (before any table picks one): those that
+# compile without spills at every serving layout with Triton 3.6 (at TP1 64/4, scalar 64 spills 170 B,
+# per_token_head 32 4 B and 64 104 B; a tuned table's other values are gated at its own layout).
+WS_DESIGN_CONVERT_ROWS = {"scalar": (16, 32), "per_token_head": (16,)}
 
 
 def _default_launches() -> list[StaticLaunch]:
@@ -37,7 +42,8 @@ def _default_launches() -> list[StaticLaunch]:
 
 def _design_launches() -> list[StaticLaunch]:
     """The launch options no default uses but the tuner may pick (fp8 upcast paths, the fused
-    decode merge), compiled once per arch and fp8 scale mode at the TP4 layout (16/1)."""
+    decode merge), compiled once per arch and fp8 scale mode at the TP4 layout (16/1); and the
+    warp-specialized prefill tile (_ws_design_launches)."""
     launches = []
     for arch in ARCHS:
         for scale_mode in ("scalar", "per_token_head"):
@@ -50,6 +56,19 @@ def _design_launches() -> list[StaticLaunch]:
             for upcast in (0, 2, 3) if ARCHS[arch].fp8_cvt_asm else (0, 2):
                 launches += launches_for(arch, "decode", scale_mode, "fp8", 16, 1,
                                          dataclasses.replace(base, kv_upcast=upcast), source="design")
+    return launches + _ws_design_launches()
+
+
+def _ws_design_launches() -> list[StaticLaunch]:
+    """The warp-specialized prefill tile (prefill_ws) at every serving layout (block_t = 128 // GQA:
+    8 at TP1 and TP4, GQA 16; 16 at TP8, GQA 8) and its non-spilling convert_rows, on the archs that have it."""
+    launches = []
+    for arch in (arch for arch, spec in ARCHS.items() if spec.gluon_ws):
+        for scale_mode in WS_SCALE_MODES:
+            for _, (hq, hkv) in sorted(SERVING_LAYOUTS.items()):
+                for convert_rows in WS_DESIGN_CONVERT_ROWS[scale_mode]:
+                    config = ws_config(gqa=hq // hkv, convert_rows=convert_rows)
+                    launches += launches_for(arch, "prefill", scale_mode, "fp8", hq, hkv, config, source="design")
     return launches
 
 
@@ -139,7 +158,9 @@ def shipped_launches(tuned_folder: pathlib.Path | None = None) -> list[StaticLau
     Each arch x {prefill, decode} x scale modes {scalar: fp8, per_token_head: fp8, none: bf16
     and fp8; plus the unfolded scalar baseline, fold_scales=False: fp8} x head layouts TP1 (64/4),
     TP4 (16/1), TP8 (8/1) with the arch default config (decode at DECODE_TOKEN_COUNTS tokens, so
-    every split count the default picks is covered), plus every config in tuned_configs/*.json.
+    every split count the default picks is covered), plus the design options no default uses (kv_upcast
+    paths, the fused merge, the warp-specialized prefill tile prefill_ws), plus every config in
+    tuned_configs/*.json (a warp_specialize config compiles the prefill_ws module).
     """
     return _dedupe(_default_launches() + tuned_launches(tuned_folder))
 

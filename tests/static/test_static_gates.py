@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 from codegen import static
-from codegen.configs import LaunchConfig
+from codegen.configs import LaunchConfig, ws_config
 from codegen.static_cli import main as cli_main
 from codegen.variants import all_variants
 
@@ -244,6 +244,15 @@ def _record_launch(monkeypatch, launch):
 
     common = dict(arch=launch.arch, num_q_heads=launch.num_q_heads, num_kv_heads=launch.num_kv_heads,
                   kv_dtype=launch.kv_dtype, scale_mode=launch.scale_mode, q_dtype=torch.bfloat16)
+    if launch.kernel == "prefill_ws":  # its launcher records its launches itself (plan kernel, then tile)
+        a = cases.prefill_case(q_lens=[40, 7, 130], prefix_lens=[1900, 0, 900], **common).args
+        recorded = []
+        launch.module().launch(
+            a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["cu_seqlens_q"], a["seq_lens"], a["prefix_lens"],
+            a["max_query_len"], a["num_kv_heads"], a["sm_scale"], a["output"], a["k_scale"], a["v_scale"],
+            launch.config, record=recorded)
+        [(_, _, args, kwargs)] = [entry for entry in recorded if entry[0] is launch.module().KERNEL]
+        return args, kwargs
     recorders = {}
     fold = launch.fold_scales
     for kernel in ("prefill", "decode_split", "decode_merge"):
@@ -282,6 +291,9 @@ SPECIALIZATION_PROBES = [
         ("decode_split", "scalar", "fp8", 64, 4, LaunchConfig(num_splits=4, **amd), False),
         ("decode_merge", "scalar", "fp8", 16, 1, LaunchConfig(num_splits=4, **amd), False),
     )
+] + [  # the Gluon tile: its own TMA descriptor, scalar mode's zero scale strides, per_token_head's views
+    static.StaticLaunch("sm90", "prefill_ws", mode, "fp8", hq, hkv, ws_config(gqa=hq // hkv, convert_rows=16))
+    for mode in ("scalar", "per_token_head") for hq, hkv in ((64, 4), (8, 1))
 ]
 
 
