@@ -34,6 +34,15 @@ _SHOWN = ("block_t", "block_n", "num_warps", "num_stages", "num_splits", "fused_
 _OTHER_KERNELS = {"decode": ("block_t",), "prefill": ("num_splits", "fused_merge")}  # fields the kernel ignores
 
 
+def _label(row: dict) -> str:
+    """The launch fields that matter; a Gluon tile (warp_specialize) by its one knob (configs.WS_FIXED)."""
+    config = row["launch"]
+    if config.get("warp_specialize"):
+        return f"Gluon tile, block_t {config['block_t']}, convert_rows {config['convert_rows']}"
+    return ", ".join(f"{k} {v}" for k, v in config.items() if k in _SHOWN
+                     and k not in _OTHER_KERNELS[row["spec"]["kernel"]])
+
+
 def share(row: dict) -> float:
     """% of the row's ceiling: the HBM floor for decode, the bf16 matmul peak for prefill."""
     return 100 * row[ceiling_key(row["spec"]["kernel"])]
@@ -46,8 +55,7 @@ def markdown(before: dict, after: dict) -> str:
              "|---|---:|---:|---:|---:|---:|---|"]
     for case, a in after.items():
         b = before.get(case)
-        launch = ", ".join(f"{k} {v}" for k, v in a["launch"].items() if k in _SHOWN
-                           and k not in _OTHER_KERNELS[a["spec"]["kernel"]])
+        launch = _label(a)
         lines.append(f"| {case} | {b['time_us']:.1f} | {a['time_us']:.1f} | {b['time_us'] / a['time_us']:.2f} | "
                      f"{share(a):.1f} | {a['rel_l2']:.1e} | {launch} |" if b else
                      f"| {case} | - | {a['time_us']:.1f} | - | {share(a):.1f} | {a['rel_l2']:.1e} | {launch} |")
