@@ -52,6 +52,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
 
+from codegen.generated.sm90_prefill_ws_scalar import _alloc_rings as alloc_rings  # noqa: E402  (the product's rings)
+
 B, H, N, D = 4, 64, 2048, 128
 # (BM, BN, num_warps, num_stages = TMA ring depth, cvt_rows = rows upcast per chunk, v_early)
 CONFIGS = [(128, 64, 4, 2, 16, 1), (128, 64, 4, 2, 64, 1), (128, 128, 8, 2, 128, 0), (128, 128, 8, 2, 128, 1),
@@ -284,35 +286,6 @@ def _ws_consumer(q_s, k16, v16, bars, o_desc, n_steps, N, qk_scale, BM: gl.const
                                  o_layout)
     acc = warpgroup_mma_wait(0, deps=[acc])
     _store_out(acc, l_i, q_s, o_desc, N, BM, D, o_layout)
-
-
-@gluon.jit
-def alloc_rings(BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, NC: gl.constexpr):
-    """The warp-specialized kernels' shared memory: the fp8 K/V ring (NS TMA stages, kbar / vbar with
-    expect-tx), the fp16 ring (NC stages, kready / vready / kempty / vempty), each barrier of count 1:
-    mbarrier.arrive is one thread's arrive (after a thread_barrier). Returns (k8, v8, k16, v16, bars). The fp8
-    tiles take the default layout of a [BN, D] e4m3 tile, as the K/V descriptors do."""
-    f8_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float8e4nv)
-    f16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float16)
-    k8 = gl.allocate_shared_memory(gl.float8e4nv, [NS, BN, D], f8_layout)
-    v8 = gl.allocate_shared_memory(gl.float8e4nv, [NS, BN, D], f8_layout)
-    k16 = gl.allocate_shared_memory(gl.float16, [NC, BN, D], f16_layout)
-    v16 = gl.allocate_shared_memory(gl.float16, [NC, BN, D], f16_layout)
-    kbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    vbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    kready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    vready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    kempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    vempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NS):
-        mbarrier.init(kbar.index(i), count=1)
-        mbarrier.init(vbar.index(i), count=1)
-    for i in gl.static_range(NC):
-        mbarrier.init(kready.index(i), count=1)
-        mbarrier.init(vready.index(i), count=1)
-        mbarrier.init(kempty.index(i), count=1)
-        mbarrier.init(vempty.index(i), count=1)
-    return k8, v8, k16, v16, (kbar, vbar, kready, vready, kempty, vempty)
 
 
 @gluon.jit
