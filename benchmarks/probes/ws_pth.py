@@ -1,0 +1,89 @@
+"""What makes the Gluon tile slower with per_token_head scales than with scalar ones? (H200)
+
+Times edited copies of codegen/generated/sm90_prefill_ws_per_token_head.py, each with one part of the
+per-token work taken out (timing only: their results are wrong), beside the module as shipped and the
+scalar module, on the bench's correlated 8k prefill (TP1 and TP4; plan launch included, selection
+'tiled', graph-timed over 3 seeds):
+  maxima    the converter's two cross-warp maxima of a page's scales replaced by 1
+  scaling   that, and the per-row scale loads and multiplies of the conversion replaced by 1
+  rescale   the MMA warps' accumulator rescale by the pages' largest V scales left out
+
+  python benchmarks/probes/ws_pth.py [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import pathlib
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+PTH = ROOT / "codegen" / "generated" / "sm90_prefill_ws_per_token_head.py"
+MAXIMA = [("k_top = _slice_top(ks_row, stride_ks_t, n_vis, BN, top_layout)", "k_top = gl.to_tensor(1.0)"),
+          ("v_top = _slice_top(vs_row, stride_vs_t, n_vis, BN, top_layout)", "v_top = gl.to_tensor(1.0)")]
+SCALING = MAXIMA + [("sc = gl.load(scale_row + rows * stride_sc_t, mask=rows < n_vis, other=0.0)",
+                     "sc = gl.full([CR], 1.0, gl.float32, gl.SliceLayout(1, cvt_layout))")]
+RESCALE = [("        alpha = alpha * (acc_unit / v_top)\n        acc_unit = v_top\n", "")]
+VARIANTS = {"shipped": [], "maxima": MAXIMA, "scaling": SCALING, "rescale": RESCALE}
+
+
+def edited(name: str, edits, folder: pathlib.Path):
+    """The per_token_head module with `edits` applied, imported under its own name."""
+    text = PTH.read_text()
+    for old, new in edits:
+        assert old in text, f"{name}: {old!r} not in {PTH.name}"
+        text = text.replace(old, new)
+    path = folder / f"ws_pth_{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # @gluon.jit looks its globals up through the module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    import bench
+    from codegen.configs import ws_config
+    from codegen.generated import sm90_prefill_ws_scalar as scalar
+    from codegen.timing import graph_time
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=pathlib.Path)
+    args = parser.parse_args()
+    rows = []
+    folder = pathlib.Path(tempfile.mkdtemp())
+    modules = {name: edited(name, edits, folder) for name, edits in VARIANTS.items()}
+    for layout in ("tp1", "tp4"):
+        hq, hkv = bench.LAYOUTS[layout]
+        config = ws_config(gqa=hq // hkv, convert_rows=16)
+        for mode, runs in (("scalar", {"scalar module": scalar}), ("per_token_head", modules)):
+            spec = bench.Spec("prefill", layout, mode, 1, 8192, 0, "correlated")
+            sets = [bench.build(spec, "sm90", seed).args for seed in range(3)]
+            for name, module in runs.items():
+                calls = [lambda a=a, m=module: m.launch(
+                    a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["cu_seqlens_q"], a["seq_lens"],
+                    a["prefix_lens"], a["max_query_len"], a["num_kv_heads"], a["sm_scale"], a["output"],
+                    a["k_scale"], a["v_scale"], config) for a in sets]
+                t = graph_time(calls * 4, replays=10)
+                rows.append(dict(case=f"{layout} 1x8k correlated", mode=mode, variant=name, us=round(t.median_us, 1)))
+                print(rows[-1], flush=True)
+            del sets
+            torch.cuda.empty_cache()
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "ws_pth.json").write_text(json.dumps(dict(torch=torch.__version__, triton=triton.__version__,
+                                                               device=torch.cuda.get_device_name(), rows=rows),
+                                                          indent=1))
+
+
+if __name__ == "__main__":
+    main()
