@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import warnings
 from typing import Mapping
 
 import torch
@@ -69,7 +70,14 @@ def _check_warp_specialize(config, explicit, *, arch, scale_mode, fold_scales, q
         return config
     if explicit:
         raise ValueError(f"config.warp_specialize: 1 needs {why}")
+    if why not in _WS_FALLBACKS_SAID:  # said once a reason: a plan is built once a shape
+        _WS_FALLBACKS_SAID.add(why)
+        warnings.warn(f"msa-tune: the tuned prefill config runs the Gluon tile (warp_specialize 1), which needs "
+                      f"{why}; these calls run the arch default instead", RuntimeWarning, stacklevel=4)
     return default_config(arch, "prefill", num_tokens=q.shape[0], num_kv_heads=num_kv_heads)
+
+
+_WS_FALLBACKS_SAID: set = set()
 
 
 def _use_pdl(q: torch.Tensor) -> bool:

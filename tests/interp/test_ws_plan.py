@@ -364,7 +364,7 @@ def test_an_explicit_ws_config_raises_on_a_cpu():
 def test_a_tables_ws_config_falls_back_on_a_cpu(mode, tmp_path, monkeypatch):
     """A tuned prefill entry that asks for the Gluon tile: the CPU cannot run it, so the call runs the
     arch's default tile (no raise, the Gluon module never launched) and computes the right answer."""
-    from codegen import get_config
+    from codegen import api, get_config
     from codegen.api import sparse_attn_prefill
 
     case = _small(mode)
@@ -390,7 +390,9 @@ def test_a_tables_ws_config_falls_back_on_a_cpu(mode, tmp_path, monkeypatch):
     case.poison()
     for selection in (None, "tiled"):  # None: "auto", as vLLM calls it
         call_plans.PLANS.clear()
-        sparse_attn_prefill(**case.args, arch="sm90", selection=selection)
+        monkeypatch.setattr(api, "_WS_FALLBACKS_SAID", set())  # said once a reason: say it again here
+        with pytest.warns(RuntimeWarning, match="run the arch default instead"):
+            sparse_attn_prefill(**case.args, arch="sm90", selection=selection)
         (built,) = call_plans.PLANS._plans.values()
         assert built.config == default_config("sm90", "prefill", num_tokens=8, num_kv_heads=hkv)
         result = compare(case.output, ref)
