@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: 6d5b775b013b9bfb1e60b0508d414868a913ee69b2668c5d204ae998134232c0
+# inputs-sha256: 87baff77019f3837bc63b4a1bb5f50664fb82d3322d6e1829cad7754c64ae07a
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -46,7 +46,7 @@ STAGES = 2
 CONSUMER_WARPS = 8
 CONVERTER_WARPS = 4
 # Registers of a converter thread (setmaxnreg); the consumer's warps get the rest.
-CONVERTER_REGS = 56  # per_token_head: the scales' loads and maxima (no spill at 88)
+CONVERTER_REGS = 56
 PLAN_WARPS = 4
 
 
@@ -465,4 +465,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '6d5b775b013b9bfb1e60b0508d414868a913ee69b2668c5d204ae998134232c0'
+INPUTS_SHA256 = '87baff77019f3837bc63b4a1bb5f50664fb82d3322d6e1829cad7754c64ae07a'
