@@ -166,11 +166,12 @@ def check_table(key: str, table: dict, arch: str, before: str, tmp: pathlib.Path
 
 def _launches(arch, kernel, scale_mode, kv_dtype, hq, hkv, config, *, every_specialization: bool):
     """The launches a config's table entry makes the runtime compile; with every_specialization,
-    also its varlen rows (decode) and its plain-load fallback (a TMA config on a cache TMA cannot read)."""
+    also its varlen rows (decode) and its plain-load fallback (a TMA config on a cache TMA cannot read;
+    the Gluon tile has none: it always reads through TMA)."""
     from .static.launch import launches_for
 
     configs = [config]
-    if every_specialization and config.kv_tma == 1 and get_arch(arch).kv_tma:
+    if every_specialization and config.kv_tma == 1 and get_arch(arch).kv_tma and not config.warp_specialize:
         configs.append(dataclasses.replace(config, kv_tma=0))
     varlens = (False, True) if every_specialization and kernel == "decode" else (False,)
     return [launch for c in configs for varlen in varlens

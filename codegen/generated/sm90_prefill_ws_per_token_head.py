@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: 6287dda1f4c923e3214bd52af75afaa1006174b1bce30485648a25df745349ae
+# inputs-sha256: 6c7263882046036342d523b74b89c6d9a6da8c8bc1c8481dc6b16202e1e121c5
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -37,6 +37,27 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
+
+# Gluon names that differ between Triton 3.6 (the H200 image) and later Tritons (CI's 3.9): the
+# partition-wide barrier (thread_barrier / barrier), the TMA load (async_copy_global_to_shared /
+# async_load) and a shared buffer's reinterpretation (_reinterpret / reinterpret, below: both helpers
+# are compiled only for the Triton that has them).
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
+
+@gluon.jit
+def _reinterpret_private(buffer, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+    return buffer._reinterpret(dtype, shape, layout)
+
+
+@gluon.jit
+def _reinterpret_public(buffer, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+    return buffer.reinterpret(dtype, shape, layout)
+
+
+_reinterpret = (_reinterpret_public if hasattr(gl.shared_memory_descriptor, "reinterpret")
+                else _reinterpret_private)
 
 ARCH = "sm90"
 SCALE_MODE = "per_token_head"
@@ -163,10 +184,10 @@ def _issue(kv_desc, k8, v8, kbar, vbar, g, page, j, n_steps, BN: gl.constexpr, D
     mbarrier.expect(kbar.index(s), nbytes, pred)
     mbarrier.expect(vbar.index(s), nbytes, pred)
     box_layout: gl.constexpr = kv_desc.layout
-    k_dst = k8.index(s)._reinterpret(gl.float8e4nv, [1, 1, BN, D], box_layout)
-    v_dst = v8.index(s)._reinterpret(gl.float8e4nv, [1, 1, BN, D], box_layout)
-    tma.async_copy_global_to_shared(kv_desc, [page, g, 0, 0], kbar.index(s), k_dst, pred)
-    tma.async_copy_global_to_shared(kv_desc, [page, g, 0, D], vbar.index(s), v_dst, pred)
+    k_dst = _reinterpret(k8.index(s), gl.float8e4nv, [1, 1, BN, D], box_layout)
+    v_dst = _reinterpret(v8.index(s), gl.float8e4nv, [1, 1, BN, D], box_layout)
+    _tma_load(kv_desc, [page, g, 0, 0], kbar.index(s), k_dst, pred)
+    _tma_load(kv_desc, [page, g, 0, D], vbar.index(s), v_dst, pred)
 @gluon.jit
 def _convert(src, dst, n_vis, scale_row, stride_sc_t, inv_top, BN: gl.constexpr, CR: gl.constexpr,
              ZERO_PAST: gl.constexpr, cvt_layout: gl.constexpr):
@@ -221,7 +242,7 @@ def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks
         tops_s.index(c).store(gl.where(gl.arange(0, 2, layout=tops_layout) == 0, k_top, v_top))
         _convert(k8.index(s), k16.index(c), n_vis, ks_row, stride_ks_t, 1.0 / k_top, BN, CR, False, cvt_layout)
         fence_async_shared()  # generic-proxy stores before the consumer's wgmma (async proxy) reads them
-        gl.thread_barrier()  # all 4 warps' stores done before the one-thread arrive
+        _cta_barrier()  # all 4 warps' stores done before the one-thread arrive
         mbarrier.arrive(kready.index(c))
         mbarrier.wait(vbar.index(s), ph)
         mbarrier.wait(vempty.index(c), pe)  # PV(j - NC) retired
@@ -230,7 +251,7 @@ def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks
         else:
             _convert(v8.index(s), v16.index(c), n_vis, vs_row, stride_vs_t, 1.0 / v_top, BN, CR, False, cvt_layout)
         fence_async_shared()  # also orders this stage's fp8 reads before the TMA below overwrites it
-        gl.thread_barrier()
+        _cta_barrier()
         mbarrier.arrive(vready.index(c))
         _issue(kv_desc, k8, v8, kbar, vbar, g, page_n, j + NS, n_steps, BN, D, NS)
 
@@ -277,7 +298,7 @@ def _consumer(q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, tops_s,
         qk = warpgroup_mma(q_s, k16.index(c).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
                            use_acc=False, is_async=True)
         qk, acc = warpgroup_mma_wait(0, deps=[qk, acc])  # retires PV(j-1) and QK(j)
-        gl.thread_barrier()  # both warpgroups' wgmmas retired before the one-thread arrives
+        _cta_barrier()  # both warpgroups' wgmmas retired before the one-thread arrives
         mbarrier.arrive(kempty.index(c))
         mbarrier.arrive(vempty.index((j + NC - 1) % NC), pred=j > 0)  # V(j-1)'s stage
         if not whole:  # a row sees the keys of its token's steps, before its kv_end
@@ -303,9 +324,11 @@ def _consumer(q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, tops_s,
     # buffer (free: every QK retired), the layout change of another width through the compiler's scratch.
     st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NUM_WARPS, 1], [1, 0])
     if out_ptr.dtype.element_ty.primitive_bitwidth == 16:
-        o_s = q_s._reinterpret(out_ptr.dtype.element_ty, [BM, D], q_s.layout)
+        out_ty: gl.constexpr = out_ptr.dtype.element_ty
+        q_s_layout: gl.constexpr = q_s.layout
+        o_s = _reinterpret(q_s, out_ty, [BM, D], q_s_layout)
         o_s.store(o)
-        gl.thread_barrier()
+        _cta_barrier()
         o = o_s.load(st_layout)
     else:
         o = gl.convert_layout(o, st_layout)
@@ -398,7 +421,7 @@ def _prefill_ws_kernel(
     # each fp16 stage's largest |K| and |V| scales, converter -> consumer
     tops_s = gl.allocate_shared_memory(gl.float32, [STAGES, 2], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     fence_async_shared()  # barrier inits and q visible to the TMA unit / wgmma
-    gl.thread_barrier()
+    _cta_barrier()
     ks_head = k_scale_ptr + g.to(gl.int64) * stride_ks_h
     vs_head = v_scale_ptr + g.to(gl.int64) * stride_vs_h
     gl.warp_specialize([
@@ -499,4 +522,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '6287dda1f4c923e3214bd52af75afaa1006174b1bce30485648a25df745349ae'
+INPUTS_SHA256 = '6c7263882046036342d523b74b89c6d9a6da8c8bc1c8481dc6b16202e1e121c5'

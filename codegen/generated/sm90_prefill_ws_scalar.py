@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: 87baff77019f3837bc63b4a1bb5f50664fb82d3322d6e1829cad7754c64ae07a
+# inputs-sha256: bbefb154439b48431126c5361f6f473a4bd7428b085d520830a4dc3c0d2a1d82
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -35,6 +35,27 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
+
+# Gluon names that differ between Triton 3.6 (the H200 image) and later Tritons (CI's 3.9): the
+# partition-wide barrier (thread_barrier / barrier), the TMA load (async_copy_global_to_shared /
+# async_load) and a shared buffer's reinterpretation (_reinterpret / reinterpret, below: both helpers
+# are compiled only for the Triton that has them).
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
+
+@gluon.jit
+def _reinterpret_private(buffer, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+    return buffer._reinterpret(dtype, shape, layout)
+
+
+@gluon.jit
+def _reinterpret_public(buffer, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+    return buffer.reinterpret(dtype, shape, layout)
+
+
+_reinterpret = (_reinterpret_public if hasattr(gl.shared_memory_descriptor, "reinterpret")
+                else _reinterpret_private)
 
 ARCH = "sm90"
 SCALE_MODE = "scalar"
@@ -161,10 +182,10 @@ def _issue(kv_desc, k8, v8, kbar, vbar, g, page, j, n_steps, BN: gl.constexpr, D
     mbarrier.expect(kbar.index(s), nbytes, pred)
     mbarrier.expect(vbar.index(s), nbytes, pred)
     box_layout: gl.constexpr = kv_desc.layout
-    k_dst = k8.index(s)._reinterpret(gl.float8e4nv, [1, 1, BN, D], box_layout)
-    v_dst = v8.index(s)._reinterpret(gl.float8e4nv, [1, 1, BN, D], box_layout)
-    tma.async_copy_global_to_shared(kv_desc, [page, g, 0, 0], kbar.index(s), k_dst, pred)
-    tma.async_copy_global_to_shared(kv_desc, [page, g, 0, D], vbar.index(s), v_dst, pred)
+    k_dst = _reinterpret(k8.index(s), gl.float8e4nv, [1, 1, BN, D], box_layout)
+    v_dst = _reinterpret(v8.index(s), gl.float8e4nv, [1, 1, BN, D], box_layout)
+    _tma_load(kv_desc, [page, g, 0, 0], kbar.index(s), k_dst, pred)
+    _tma_load(kv_desc, [page, g, 0, D], vbar.index(s), v_dst, pred)
 @gluon.jit
 def _convert(src, dst, n_vis, BN: gl.constexpr, CR: gl.constexpr, ZERO_PAST: gl.constexpr,
              cvt_layout: gl.constexpr):
@@ -200,7 +221,7 @@ def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, BN: gl.con
         mbarrier.wait(kempty.index(c), pe)  # QK(j - NC) retired
         _convert(k8.index(s), k16.index(c), n_vis, BN, CR, False, cvt_layout)
         fence_async_shared()  # generic-proxy stores before the consumer's wgmma (async proxy) reads them
-        gl.thread_barrier()  # all 4 warps' stores done before the one-thread arrive
+        _cta_barrier()  # all 4 warps' stores done before the one-thread arrive
         mbarrier.arrive(kready.index(c))
         mbarrier.wait(vbar.index(s), ph)
         mbarrier.wait(vempty.index(c), pe)  # PV(j - NC) retired
@@ -209,7 +230,7 @@ def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, BN: gl.con
         else:
             _convert(v8.index(s), v16.index(c), n_vis, BN, CR, False, cvt_layout)
         fence_async_shared()  # also orders this stage's fp8 reads before the TMA below overwrites it
-        gl.thread_barrier()
+        _cta_barrier()
         mbarrier.arrive(vready.index(c))
         _issue(kv_desc, k8, v8, kbar, vbar, g, page_n, j + NS, n_steps, BN, D, NS)
 
@@ -250,7 +271,7 @@ def _consumer(q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, v_scale
         qk = warpgroup_mma(q_s, k16.index(c).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
                            use_acc=False, is_async=True)
         qk, acc = warpgroup_mma_wait(0, deps=[qk, acc])  # retires PV(j-1) and QK(j)
-        gl.thread_barrier()  # both warpgroups' wgmmas retired before the one-thread arrives
+        _cta_barrier()  # both warpgroups' wgmmas retired before the one-thread arrives
         mbarrier.arrive(kempty.index(c))
         mbarrier.arrive(vempty.index((j + NC - 1) % NC), pred=j > 0)  # V(j-1)'s stage
         if not whole:  # a row sees the keys of its token's steps, before its kv_end
@@ -274,9 +295,11 @@ def _consumer(q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, v_scale
     # buffer (free: every QK retired), the layout change of another width through the compiler's scratch.
     st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NUM_WARPS, 1], [1, 0])
     if out_ptr.dtype.element_ty.primitive_bitwidth == 16:
-        o_s = q_s._reinterpret(out_ptr.dtype.element_ty, [BM, D], q_s.layout)
+        out_ty: gl.constexpr = out_ptr.dtype.element_ty
+        q_s_layout: gl.constexpr = q_s.layout
+        o_s = _reinterpret(q_s, out_ty, [BM, D], q_s_layout)
         o_s.store(o)
-        gl.thread_barrier()
+        _cta_barrier()
         o = o_s.load(st_layout)
     else:
         o = gl.convert_layout(o, st_layout)
@@ -367,7 +390,7 @@ def _prefill_ws_kernel(
     q_s = gl.allocate_shared_memory(gl.float16, [BM, HEAD_DIM], q_layout, (qf * q_mul).to(gl.float16))
     k8, v8, k16, v16, bars = _alloc_rings(BLOCK_N, HEAD_DIM, STAGES, STAGES)
     fence_async_shared()  # barrier inits and q visible to the TMA unit / wgmma
-    gl.thread_barrier()
+    _cta_barrier()
     gl.warp_specialize([
         (_consumer, (q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, v_scale, kv_lo, seq_len,
                      n_tok, q_start + i0, g * GQA, stride_o_t, stride_o_h, BM, BLOCK_N, HEAD_DIM, STAGES, GQA, PLAN,
@@ -465,4 +488,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '87baff77019f3837bc63b4a1bb5f50664fb82d3322d6e1829cad7754c64ae07a'
+INPUTS_SHA256 = 'bbefb154439b48431126c5361f6f473a4bd7428b085d520830a4dc3c0d2a1d82'
