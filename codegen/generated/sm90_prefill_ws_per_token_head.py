@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: 6c7263882046036342d523b74b89c6d9a6da8c8bc1c8481dc6b16202e1e121c5
+# inputs-sha256: 74402e53806d95e2d6e9c68d711fc96af38ef4d8ed3408634d1d51eee4316295
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -188,6 +188,8 @@ def _issue(kv_desc, k8, v8, kbar, vbar, g, page, j, n_steps, BN: gl.constexpr, D
     v_dst = _reinterpret(v8.index(s), gl.float8e4nv, [1, 1, BN, D], box_layout)
     _tma_load(kv_desc, [page, g, 0, 0], kbar.index(s), k_dst, pred)
     _tma_load(kv_desc, [page, g, 0, D], vbar.index(s), v_dst, pred)
+
+
 @gluon.jit
 def _convert(src, dst, n_vis, scale_row, stride_sc_t, inv_top, BN: gl.constexpr, CR: gl.constexpr,
              ZERO_PAST: gl.constexpr, cvt_layout: gl.constexpr):
@@ -522,4 +524,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '6c7263882046036342d523b74b89c6d9a6da8c8bc1c8481dc6b16202e1e121c5'
+INPUTS_SHA256 = '74402e53806d95e2d6e9c68d711fc96af38ef4d8ed3408634d1d51eee4316295'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: bbefb154439b48431126c5361f6f473a4bd7428b085d520830a4dc3c0d2a1d82
+# inputs-sha256: 4b32ff7b0e31ac23907a963ef78bee113b5a9017203d1432a16c596d6cb375f0
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -186,6 +186,8 @@ def _issue(kv_desc, k8, v8, kbar, vbar, g, page, j, n_steps, BN: gl.constexpr, D
     v_dst = _reinterpret(v8.index(s), gl.float8e4nv, [1, 1, BN, D], box_layout)
     _tma_load(kv_desc, [page, g, 0, 0], kbar.index(s), k_dst, pred)
     _tma_load(kv_desc, [page, g, 0, D], vbar.index(s), v_dst, pred)
+
+
 @gluon.jit
 def _convert(src, dst, n_vis, BN: gl.constexpr, CR: gl.constexpr, ZERO_PAST: gl.constexpr,
              cvt_layout: gl.constexpr):
@@ -488,4 +490,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = 'bbefb154439b48431126c5361f6f473a4bd7428b085d520830a4dc3c0d2a1d82'
+INPUTS_SHA256 = '4b32ff7b0e31ac23907a963ef78bee113b5a9017203d1432a16c596d6cb375f0'
