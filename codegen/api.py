@@ -57,7 +57,6 @@ def _check_warp_specialize(config, explicit, *, arch, scale_mode, fold_scales, q
     modes (variants.WS_SCALE_MODES) and the shapes its module accepts (`unsupported`); a given config
     that cannot run raises, a table's falls back to the arch's default tile (tables are measured on
     vLLM's layouts; another layout, the unfolded baseline or the interpreter may not fit it)."""
-    why = None
     if q.device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
         why = "a GPU (Gluon kernels do not run under the Triton interpreter)"
     elif not has_variant(arch, "prefill_ws", scale_mode, fold_scales):

@@ -22,9 +22,12 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
+
+from ws_plan import _as_call, _recorded  # noqa: E402  (a module's launches recorded for a case, and run)
 
 PTH = ROOT / "codegen" / "generated" / "sm90_prefill_ws_per_token_head.py"
 MAXIMA = [("k_top = _slice_top(ks_row, stride_ks_t, n_vis, BN, top_layout)", "k_top = gl.to_tensor(1.0)"),
@@ -67,12 +70,9 @@ def main() -> None:
         config = ws_config(gqa=hq // hkv, convert_rows=16)
         for mode, runs in (("scalar", {"scalar module": scalar}), ("per_token_head", modules)):
             spec = bench.Spec("prefill", layout, mode, 1, 8192, 0, "correlated")
-            sets = [bench.build(spec, "sm90", seed).args for seed in range(3)]
+            sets = [bench.build(spec, "sm90", seed) for seed in range(3)]
             for name, module in runs.items():
-                calls = [lambda a=a, m=module: m.launch(
-                    a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["cu_seqlens_q"], a["seq_lens"],
-                    a["prefix_lens"], a["max_query_len"], a["num_kv_heads"], a["sm_scale"], a["output"],
-                    a["k_scale"], a["v_scale"], config) for a in sets]
+                calls = [_as_call(_recorded(module.launch, case, config)) for case in sets]
                 t = graph_time(calls * 4, replays=10)
                 rows.append(dict(case=f"{layout} 1x8k correlated", mode=mode, variant=name, us=round(t.median_us, 1)))
                 print(rows[-1], flush=True)

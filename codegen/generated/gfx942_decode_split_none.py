@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_none (arch=gfx942, kernel=decode_split, scale_mode=none)
-# inputs-sha256: b86b6f62bef136c43312d250b779191c6e6181e5a70fa493892ab809303e0262
+# inputs-sha256: ecc9c24aa62783d911024a5c58c96b70be34307dfd8d3c51dd9664b6dc1aba0e
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -278,4 +278,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'b86b6f62bef136c43312d250b779191c6e6181e5a70fa493892ab809303e0262'
+INPUTS_SHA256 = 'ecc9c24aa62783d911024a5c58c96b70be34307dfd8d3c51dd9664b6dc1aba0e'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_per_token_head (arch=gfx942, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 41c5fee08cbfcecd30f5f4024675649525521bcdc52d9e6b7eaf1935663613c6
+# inputs-sha256: 7bdca20fec16d080c4e60662f1e84716811e0f03b3449666739a36d97871b117
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -299,4 +299,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '41c5fee08cbfcecd30f5f4024675649525521bcdc52d9e6b7eaf1935663613c6'
+INPUTS_SHA256 = '7bdca20fec16d080c4e60662f1e84716811e0f03b3449666739a36d97871b117'

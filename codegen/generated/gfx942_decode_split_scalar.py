@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: ca672d77355e95e92e0fa471d2503f40c97f9da97896bb56df2539208bae0880
+# inputs-sha256: 0d1873ee3d6d5ea5d84de53d42abb8b3141ff6a152d6d514986d3c841f759e33
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -287,4 +287,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'ca672d77355e95e92e0fa471d2503f40c97f9da97896bb56df2539208bae0880'
+INPUTS_SHA256 = '0d1873ee3d6d5ea5d84de53d42abb8b3141ff6a152d6d514986d3c841f759e33'

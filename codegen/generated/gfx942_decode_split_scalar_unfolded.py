@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 278766c607f4eeb07ac0ad1a737bb087b0b2d2396fce7cb8ef6d4a105d681f5b
+# inputs-sha256: 88530c62ce466742dae768ce3e5e170d8f3c7a00f2ccd790c4fcbdeb5583df39
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -285,4 +285,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '278766c607f4eeb07ac0ad1a737bb087b0b2d2396fce7cb8ef6d4a105d681f5b'
+INPUTS_SHA256 = '88530c62ce466742dae768ce3e5e170d8f3c7a00f2ccd790c4fcbdeb5583df39'

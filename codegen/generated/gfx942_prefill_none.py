@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: 23fa4b6092e877ee3d319da0525be37c384e0d2177d7b41a9d03cca55f26da55
+# inputs-sha256: ee2d678e19daf5b046c49fb49ab838a181da55ae4140dc81fff5b11dab3dd0d2
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -300,4 +300,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '23fa4b6092e877ee3d319da0525be37c384e0d2177d7b41a9d03cca55f26da55'
+INPUTS_SHA256 = 'ee2d678e19daf5b046c49fb49ab838a181da55ae4140dc81fff5b11dab3dd0d2'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 01b0548cb1eb653abf372be638b3a2f0067ad10fb5c1d948718e2f266e481b53
+# inputs-sha256: 5a790a153589f49c9d01d9dae92c4e23eee3ae26b64a17d8a99328e6ee291b75
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -355,4 +355,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '01b0548cb1eb653abf372be638b3a2f0067ad10fb5c1d948718e2f266e481b53'
+INPUTS_SHA256 = '5a790a153589f49c9d01d9dae92c4e23eee3ae26b64a17d8a99328e6ee291b75'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 88791994cf0e13ccd7b18cab59e306ec587832652fff44941642c41c1e9acf88
+# inputs-sha256: 752d298fe1c248ceeeb39c1ce040774169888178d7cdb2de3a88b64cd0e37d34
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -309,4 +309,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '88791994cf0e13ccd7b18cab59e306ec587832652fff44941642c41c1e9acf88'
+INPUTS_SHA256 = '752d298fe1c248ceeeb39c1ce040774169888178d7cdb2de3a88b64cd0e37d34'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 936eb698ca1396bef3a00c8975739152b42466bf9eb3c6485c1ca8350d06eaac
+# inputs-sha256: 35970e2550ca1f66879a717cc6d04bc328625cf782f4f57878af0905576f20b7
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -309,4 +309,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '936eb698ca1396bef3a00c8975739152b42466bf9eb3c6485c1ca8350d06eaac'
+INPUTS_SHA256 = '35970e2550ca1f66879a717cc6d04bc328625cf782f4f57878af0905576f20b7'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: db4843a86a9846f9c54235c6b4e6b132e5b29d2f17e284812f160e68e2033a0b
+# inputs-sha256: bf80abc84105f09033f6e9091fa0349035afb2c19f3a231380a3b5aa92e55151
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -314,4 +314,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'db4843a86a9846f9c54235c6b4e6b132e5b29d2f17e284812f160e68e2033a0b'
+INPUTS_SHA256 = 'bf80abc84105f09033f6e9091fa0349035afb2c19f3a231380a3b5aa92e55151'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 5a71aead79a7daa862f9e8217cbbc3f3120e88c39ef8ea2b9cd08994474ab752
+# inputs-sha256: ee31adbb548c0aabba7e299bf12cde95704bec1f31183ff1cbfdb293589ad79d
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -335,4 +335,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '5a71aead79a7daa862f9e8217cbbc3f3120e88c39ef8ea2b9cd08994474ab752'
+INPUTS_SHA256 = 'ee31adbb548c0aabba7e299bf12cde95704bec1f31183ff1cbfdb293589ad79d'

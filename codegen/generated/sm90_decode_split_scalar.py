@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 85eb28634bd085c12e2386b1083114568ba3e1a5c754f2a8a05c5fcb8cf4ad99
+# inputs-sha256: 116fc9196a25b79f83bfa0372f706b41caf51f0ac2d42c7176641682bfcac917
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -323,4 +323,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '85eb28634bd085c12e2386b1083114568ba3e1a5c754f2a8a05c5fcb8cf4ad99'
+INPUTS_SHA256 = '116fc9196a25b79f83bfa0372f706b41caf51f0ac2d42c7176641682bfcac917'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar_unfolded (arch=sm90, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 56683fd348ddb8f40ec9ac1e6aa86acc104a561fbeceb5b37c5b822761eec1d5
+# inputs-sha256: fd7d8ccf2ed8b7dbfe30847c699ca962aa1c11d109862d866a2275eb28f7a8ab
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -321,4 +321,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '56683fd348ddb8f40ec9ac1e6aa86acc104a561fbeceb5b37c5b822761eec1d5'
+INPUTS_SHA256 = 'fd7d8ccf2ed8b7dbfe30847c699ca962aa1c11d109862d866a2275eb28f7a8ab'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: 6195bc87c771d10f93aaf497e4553cd6e8c4be993572139da946f3581976b4e0
+# inputs-sha256: 36e7fb0e32bb5112c3d7fcb08301a22a2b99e4332e76bf5f337646570d6353f9
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -380,4 +380,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '6195bc87c771d10f93aaf497e4553cd6e8c4be993572139da946f3581976b4e0'
+INPUTS_SHA256 = '36e7fb0e32bb5112c3d7fcb08301a22a2b99e4332e76bf5f337646570d6353f9'

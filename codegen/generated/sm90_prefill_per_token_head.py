@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 18b9a8d09103c7630f09949471dedeff5887bdce3a8ccebf8b74480066ba6d3d
+# inputs-sha256: 299911a6ff6beda621280355afc733e182dc5a2483aaeb19414361f213679995
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -435,4 +435,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '18b9a8d09103c7630f09949471dedeff5887bdce3a8ccebf8b74480066ba6d3d'
+INPUTS_SHA256 = '299911a6ff6beda621280355afc733e182dc5a2483aaeb19414361f213679995'

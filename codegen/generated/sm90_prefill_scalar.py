@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 7cb4a9f766edeab88a7271efb30a76803a09129544877566ca6173edd202cd2b
+# inputs-sha256: 202f8a7f5f0a235fa422e59e8607934f336836f3d24cc51407ad8a62ce1060fb
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -389,4 +389,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '7cb4a9f766edeab88a7271efb30a76803a09129544877566ca6173edd202cd2b'
+INPUTS_SHA256 = '202f8a7f5f0a235fa422e59e8607934f336836f3d24cc51407ad8a62ce1060fb'

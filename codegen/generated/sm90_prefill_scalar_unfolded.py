@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: c7e8def1484628413acb44669b62e3b067268f87ab3988f7cecfb30ccb49060a
+# inputs-sha256: 4a8727618291640045185530757a0f23bae7f0df914dcf524905785cb65dcd40
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -389,4 +389,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'c7e8def1484628413acb44669b62e3b067268f87ab3988f7cecfb30ccb49060a'
+INPUTS_SHA256 = '4a8727618291640045185530757a0f23bae7f0df914dcf524905785cb65dcd40'

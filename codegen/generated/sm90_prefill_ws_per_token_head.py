@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/prefill_ws.py.jinja (with templates/_tile_plan.jinja)
+# template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: 74402e53806d95e2d6e9c68d711fc96af38ef4d8ed3408634d1d51eee4316295
+# inputs-sha256: 18dd8226c44a26ac8081f9500e016b44ec4dc9855a8dffac6f6771bac049e7e8
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -458,11 +458,17 @@ def unsupported(*, q, kv_cache, num_kv_heads, output, config):
         return f"an fp8 e4m3fn cache, got {str(kv_cache.dtype).removeprefix('torch.')}"
     if config.block_t != ROWS // gqa:
         return f"config.block_t {ROWS // gqa} (= {ROWS} rows // GQA {gqa}), got {config.block_t}"
-    size = kv_cache.element_size()
-    if not (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
-            and all(stride * size % 16 == 0 for stride in kv_cache.stride()[:3])):
+    if not kv_tma_ok(kv_cache, HEAD_DIM):
         return "a cache a TMA descriptor can read (unit last stride, 16-byte-aligned base and strides)"
     return None
+
+
+def kv_tma_ok(kv_cache, head_dim):
+    """Whether the cache can be read through a TMA descriptor: unit stride on the last axis,
+    16-byte-aligned base and strides, a row of at least 16 bytes (else plain loads)."""
+    size = kv_cache.element_size()
+    return (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
+            and all(stride * size % 16 == 0 for stride in kv_cache.stride()[:3]) and head_dim * size >= 16)
 
 
 def kv_descriptor(kv_cache):
@@ -479,7 +485,7 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, **_):
     """The Gluon kernel's compile-time parameters for a shape and config (shared with the static checks)."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, BLOCK_T=config.block_t, BLOCK_N=BLOCK_N, STAGES=STAGES,
-                CONVERT_ROWS=config.convert_rows, PLAN=config.block_t * triton.next_power_of_2(topk),
+                CONVERT_ROWS=config.convert_rows, PLAN=plan_constexprs(topk=topk, config=config)["PLAN"],
                 CONVERTER_REGS=CONVERTER_REGS, NUM_WARPS=CONSUMER_WARPS, CONVERTER_WARPS=CONVERTER_WARPS)
 
 
@@ -524,4 +530,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '74402e53806d95e2d6e9c68d711fc96af38ef4d8ed3408634d1d51eee4316295'
+INPUTS_SHA256 = '18dd8226c44a26ac8081f9500e016b44ec4dc9855a8dffac6f6771bac049e7e8'

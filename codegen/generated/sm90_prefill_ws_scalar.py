@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
-# template: templates/prefill_ws.py.jinja (with templates/_tile_plan.jinja)
+# template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: 4b32ff7b0e31ac23907a963ef78bee113b5a9017203d1432a16c596d6cb375f0
+# inputs-sha256: c40558ed68fe9133a6ee5ff71451e555942a9f05fbf61d198f15782848150a7b
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -425,11 +425,17 @@ def unsupported(*, q, kv_cache, num_kv_heads, output, config):
         return f"an fp8 e4m3fn cache, got {str(kv_cache.dtype).removeprefix('torch.')}"
     if config.block_t != ROWS // gqa:
         return f"config.block_t {ROWS // gqa} (= {ROWS} rows // GQA {gqa}), got {config.block_t}"
-    size = kv_cache.element_size()
-    if not (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
-            and all(stride * size % 16 == 0 for stride in kv_cache.stride()[:3])):
+    if not kv_tma_ok(kv_cache, HEAD_DIM):
         return "a cache a TMA descriptor can read (unit last stride, 16-byte-aligned base and strides)"
     return None
+
+
+def kv_tma_ok(kv_cache, head_dim):
+    """Whether the cache can be read through a TMA descriptor: unit stride on the last axis,
+    16-byte-aligned base and strides, a row of at least 16 bytes (else plain loads)."""
+    size = kv_cache.element_size()
+    return (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
+            and all(stride * size % 16 == 0 for stride in kv_cache.stride()[:3]) and head_dim * size >= 16)
 
 
 def kv_descriptor(kv_cache):
@@ -446,7 +452,7 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, **_):
     """The Gluon kernel's compile-time parameters for a shape and config (shared with the static checks)."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, BLOCK_T=config.block_t, BLOCK_N=BLOCK_N, STAGES=STAGES,
-                CONVERT_ROWS=config.convert_rows, PLAN=config.block_t * triton.next_power_of_2(topk),
+                CONVERT_ROWS=config.convert_rows, PLAN=plan_constexprs(topk=topk, config=config)["PLAN"],
                 CONVERTER_REGS=CONVERTER_REGS, NUM_WARPS=CONSUMER_WARPS, CONVERTER_WARPS=CONVERTER_WARPS)
 
 
@@ -490,4 +496,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '4b32ff7b0e31ac23907a963ef78bee113b5a9017203d1432a16c596d6cb375f0'
+INPUTS_SHA256 = 'c40558ed68fe9133a6ee5ff71451e555942a9f05fbf61d198f15782848150a7b'

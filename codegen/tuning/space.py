@@ -24,10 +24,10 @@ _TMA = {"kv_tma": (1, 0)}  # archs with TMA: descriptors or plain loads (configs
 WS_CONVERT_ROWS_SEARCHED = (16, 32)
 
 
-def ws_gqa(arch: str, kernel: str, scale_mode: str, kv_dtype: str, num_q_heads: int, num_kv_heads: int,
+def ws_gqa(arch: str, kernel: str, scale_mode: str | None, kv_dtype: str, num_q_heads: int, num_kv_heads: int,
            path: str = "tiled") -> int | None:
     """The GQA ratio when a study of this table also searches the Gluon tile (prefill tiles, an fp8
-    cache with scalar or per_token_head scales on sm90, GQA 8 or 16), else None."""
+    cache with scalar or per_token_head scales on sm90, GQA 8 or 16), else None (scale_mode None too)."""
     gqa = num_q_heads // num_kv_heads
     if (kernel == "prefill" and path == "tiled" and kv_dtype == "fp8" and gqa in (8, 16)
             and has_variant(arch, "prefill_ws", scale_mode)):
@@ -89,7 +89,7 @@ def enumerate_space(arch: str, kernel: str, *, num_q_heads: int, num_kv_heads: i
                     kv_dtype: str = "bf16", path: str = "tiled", scale_mode: str | None = None) -> list[LaunchConfig]:
     """Every distinct plausible config of the space (for exhaustive search and for tests); with
     scale_mode, the Gluon tile's configs too where ws_gqa allows them."""
-    gqa = ws_gqa(arch, kernel, scale_mode, kv_dtype, num_q_heads, num_kv_heads, path) if scale_mode else None
+    gqa = ws_gqa(arch, kernel, scale_mode, kv_dtype, num_q_heads, num_kv_heads, path)
     space = choices(arch, kernel, topk, kv_dtype, path)
     names = list(space)
     seen, configs = set(), []
@@ -162,7 +162,7 @@ def check_candidate(config: LaunchConfig, *, arch: str, kernel: str, num_q_heads
         validate_config(config, arch=arch, kernel=kernel, topk=topk)
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
-    gqa = ws_gqa(arch, kernel, scale_mode, kv_dtype, num_q_heads, num_kv_heads) if scale_mode else None
+    gqa = ws_gqa(arch, kernel, scale_mode, kv_dtype, num_q_heads, num_kv_heads)
     if config.warp_specialize:
         if gqa is None:
             raise ValueError(f"{what}: warp_specialize=1 (the Gluon tile) is not searched for {kernel} on {arch} "
