@@ -162,6 +162,14 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
     rest = (seq_lens, prefix_lens, max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale)
     if per_token is None:
         tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded)
+    elif config.warp_specialize:
+        # The Gluon tile's plan launch decides (exactly, over every tile's plan) and writes both
+        # launches' offsets; its counters are the plan's own (codegen.workspace.call_counters).
+        decide = selection_kernel.PlanDecision.for_call(
+            cu_seqlens_q, tile_selection.tiles_pay_off_below(config.block_t, scale_mode),
+            call_counters(q.device, 3, capturing, key="selection"))
+        tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded, decide=decide)
+        module.launch(q, kv_cache, topk_idx, block_table, decide.per_token_cu, *rest, per_token, record=recorded)
     else:
         # One launch decides on the device and writes both launches' offsets (the other path's are
         # zeros); its counters are the plan's own (codegen.workspace.call_counters).

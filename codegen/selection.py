@@ -8,9 +8,11 @@ path does none wasted. The H200 measurements behind the thresholds: TILE_WASTE_S
 
 The decision stays on the GPU (no host sync, CUDA-graph safe): both paths are launched, and the
 one not chosen gets its cu_seqlens_q multiplied by 0, so each of its programs reads an empty
-request and returns. The API computes the estimate, the decision and both offsets in one launch
-(codegen.selection_kernel); tile_inflation, choose_tiles and split_seqlens here are the torch
-rendering it is tested against.
+request and returns. For the Triton tiles the API computes the estimate, the decision and both
+offsets in one launch (codegen.selection_kernel); tile_inflation, choose_tiles and split_seqlens here
+are the torch rendering it is tested against. The Gluon tile (prefill_ws) decides in its own plan
+launch, exactly over every tile it would run (selection_kernel.PlanDecision): at its own block_t
+(16 tokens at GQA 8, threshold 8.5), where the Triton tiles' estimate samples 8-token tiles.
 """
 from __future__ import annotations
 
@@ -43,9 +45,9 @@ TILE_WASTE_SHARE = {"scalar": 1.0, "none": 1.0, "per_token_head": 1.0}
 
 
 # The largest tile the estimate samples: its cost grows with the square of a tile's listings (the
-# decision kernel compares each listing with every other), and a 16-token tile (the Gluon tile at GQA
-# 8) took it from ~20 to ~430 us on the H200 (results/h200/prefill-ws). Larger tiles are judged by
-# the inflation and threshold of 8-token tiles.
+# decision kernel compares each listing with every other), and a 16-token tile took it from ~20 to
+# ~430 us on the H200 (results/h200/prefill-ws). Larger tiles are judged by the inflation and
+# threshold of 8-token tiles. (The Gluon tile's 16-token tiles decide in their plan launch instead.)
 MAX_SAMPLED_BLOCK_T = 8
 
 

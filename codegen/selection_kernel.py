@@ -12,6 +12,8 @@ which stays the reference the tests compare against.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -131,3 +133,21 @@ def decide_and_split(topk_idx: torch.Tensor, block_t: int, threshold: float, cu_
     else:
         _inflation_decision_kernel[grid](*args, **kwargs)
     return tiled_cu, per_token_cu
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanDecision:
+    """`auto` decided inside the Gluon tile's plan launch (templates/prefill_ws.py.jinja), which builds
+    every tile's plan anyway: exact over all tiles, and one launch fewer than decide_and_split. Its
+    tensors: counters (>= 3 zeroed int32, put back to zero by the launch), the tiled and per-token
+    launches' cu_seqlens (written by the launch), the inflation (float32, one element)."""
+    counters: torch.Tensor
+    tiled_cu: torch.Tensor
+    per_token_cu: torch.Tensor
+    inflation: torch.Tensor
+    threshold: float
+
+    @classmethod
+    def for_call(cls, cu_seqlens_q: torch.Tensor, threshold: float, counters: torch.Tensor) -> "PlanDecision":
+        return cls(counters, torch.empty_like(cu_seqlens_q), torch.empty_like(cu_seqlens_q),
+                   torch.empty(1, dtype=torch.float32, device=cu_seqlens_q.device), float(threshold))

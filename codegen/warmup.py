@@ -11,7 +11,8 @@ pick), and which specializations those calls make:
     vary with the batch, decode's `num_reqs` (and `decode_query_len`) do: each decode config is
     compiled for the request-count classes its token range holds. Prefill's integer arguments
     are strides and topk, fixed by the layout; its grid is not part of the binary. The `auto`
-    decision kernel does not specialize on its counts (codegen.selection_kernel).
+    decision kernel does not specialize on its counts (codegen.selection_kernel); the Gluon tile
+    decides in its plan launch (a specialization of its own: warmed up by an `auto` prefill job).
   * Strides: the block table's row stride is `cdiv(max_model_len, 128)` (vLLM's persistent block
     table); the other tensors' strides fall in the same classes for any of vLLM's layouts.
 
@@ -109,7 +110,9 @@ def plan_jobs(arch: str, device_name: str, *, layouts=DEFAULT_LAYOUTS, modes=DEF
                     per_token = lookup("prefill", tokens, per_token=True)
                     jobs[Job("prefill", config=_items(tiled), selection="tiled", **common)] = None
                     jobs[Job("prefill", config=_items(per_token), selection="per_token", **common)] = None
-                    if tiled.block_t > 1:
+                    if tiled.block_t > 1 and tiled.warp_specialize:  # 'auto' is its plan launch's DECIDE
+                        jobs[Job("prefill", config=_items(tiled), selection="auto", **common)] = None
+                    elif tiled.block_t > 1:
                         jobs[Job("decision", config=(), block_t=tiled.block_t, **common)] = None
     return list(jobs)
 

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: 18dd8226c44a26ac8081f9500e016b44ec4dc9855a8dffac6f6771bac049e7e8
+# inputs-sha256: 456343c6c3dd8770e518ae4bc718eb38e07ebbf53eca5740af39658087a705fd
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -13,7 +13,8 @@ Two launches:
   - `_tile_plan_kernel` (Triton language): each tile's plan, the same code as the Triton tile's
     (templates/_tile_plan.jinja), into an int64 scratch: [programs, 2, PLAN] (a word per step: page,
     block, whether every row sees every key; and its aux: the tokens that get it, the slots any of
-    them sees), then a step count per program.
+    them sees), then a step count per program; under selection 'auto' it also decides tiles or the
+    per-token walk from those plans (codegen.selection_kernel.PlanDecision).
   - `_prefill_ws_kernel` (Gluon), two partitions (gl.warp_specialize):
       converter (4 warps): TMA of the fp8 K and V pages into a 2-stage ring, fp8 -> fp16 into a
       2-stage fp16 ring, CONVERT_ROWS rows at a time, V rows past the visible slots zeroed (a page's
@@ -77,86 +78,118 @@ PLAN_WARPS = 4
 def _tile_plan_kernel(
     topk_ptr, block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr, prefix_lens_ptr, plan_ptr, topk,
     stride_tk_h, stride_tk_t, stride_tk_k, stride_bt_r, stride_bt_b,
+    counters_ptr, tiled_cu_ptr, per_token_cu_ptr, inflation_ptr, threshold,
     PAGE: tl.constexpr, TOPK_P2: tl.constexpr, BLOCK_T: tl.constexpr, PLAN: tl.constexpr,
+    DECIDE: tl.constexpr, CU_BLOCK: tl.constexpr,
 ):
     """One tile's plan and step count (grid: tiles, requests, KV heads; programs numbered as the
-    Gluon kernel numbers them)."""
+    Gluon kernel numbers them). DECIDE (selection 'auto'): also `auto`'s decision, exact over every
+    tile: the tiles' steps x BLOCK_T over the tokens' picks (what codegen.selection.tile_inflation
+    samples); the last program to arrive writes the tiled and per-token launches' cu_seqlens (the
+    path not taken gets zeros), the inflation, and puts the counters back to zero."""
     i0 = tl.program_id(0) * BLOCK_T
     req = tl.program_id(1)
     g = tl.program_id(2)
     programs = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
     count_ptr = plan_ptr + programs.to(tl.int64) * (2 * PLAN)
+    prog = tl.program_id(0) + tl.num_programs(0) * (req + tl.num_programs(1) * g)
     q_start = tl.load(cu_seqlens_q_ptr + req)
     q_len = tl.load(cu_seqlens_q_ptr + req + 1) - q_start
-    if i0 >= q_len:  # the grid covers max_query_len: no step for a tile past its request's end
-        tl.store(count_ptr + tl.program_id(0) + tl.num_programs(0) * (req + tl.num_programs(1) * g), 0)
-        return
-    prefix = tl.load(prefix_lens_ptr + req)
-    seq_len = tl.load(seq_lens_ptr + req)
-    block_table_row_ptr = block_table_ptr + req.to(tl.int64) * stride_bt_r
-    n_tok = tl.minimum(q_len - i0, BLOCK_T)
-    # Blocks any token of the tile may see: [0, tile_blocks) (its last token sees the most).
-    tile_blocks = tl.cdiv(tl.minimum(prefix + i0 + n_tok, seq_len), PAGE)
-    tile_topk_ptr = topk_ptr + g * stride_tk_h + (q_start + i0).to(tl.int64) * stride_tk_t
-    offs_k = tl.arange(0, TOPK_P2)
-    # The tile's plan, built once: its entries in (token, entry) order, each token's first n_read
-    # only. A page is loaded once per listing rank: at the first (block, rank) listing in that
-    # order, for every row that lists the block more than `rank` times (a row listing it twice
-    # gets it twice, as a per-token walk does, and no other row does). The walk below is then a
-    # counted loop that reads each page from the plan's scratch, so its K/V loads can be prefetched.
-    pos = tl.arange(0, PLAN)
-    te_f = pos // TOPK_P2
-    ke_f = pos % TOPK_P2
-    n_read_f = tl.minimum(topk, tl.cdiv(tl.minimum(prefix + i0 + te_f + 1, seq_len), PAGE))
-    read_f = (te_f < n_tok) & (ke_f < n_read_f)  # never a load past a token's first n_read entries
-    blk_f = tl.load(tile_topk_ptr + te_f * stride_tk_t + ke_f * stride_tk_k, mask=read_f, other=-1)
-    live_f = read_f & (blk_f >= 0) & (blk_f < tile_blocks)  # block numbers, never positions (no int32 wrap)
-    # rank: listings of the same block earlier in the same token's row (L1-resident reloads).
-    rank_f = tl.zeros([PLAN], dtype=tl.int32)
-    for kk in tl.static_range(TOPK_P2):
-        earlier_col = tl.load(tile_topk_ptr + te_f * stride_tk_t + kk * stride_tk_k, mask=read_f & (ke_f > kk),
-                              other=-1)
-        rank_f += (earlier_col == blk_f).to(tl.int32)
-    # Applied already: an earlier token lists the block more than `rank` times. Per listing, also
-    # which tokens get the page (`tokens_f`, a bit per token: a partial step builds the rows' mask
-    # from it, so no per-row listing is held through the walk) and what they see of it: `whole`
-    # when every token of the tile gets it and sees all PAGE keys (the walk then masks nothing),
-    # `n_vis_f` the most keys any of them sees (the slots a load needs).
-    applied_f = pos < 0
-    whole_f = live_f
-    n_vis_f = tl.zeros([PLAN], dtype=tl.int32)
-    tokens_f = tl.zeros([PLAN], dtype=tl.int32)
-    for tt in tl.static_range(BLOCK_T):
-        kv_end_tt = tl.minimum(prefix + i0 + tt + 1, seq_len)
-        n_read_tt = tl.minimum(topk, tl.cdiv(kv_end_tt, PAGE))
-        row_tt = tl.load(tile_topk_ptr + tt * stride_tk_t + offs_k * stride_tk_k,
-                         mask=offs_k < tl.where(tt < n_tok, n_read_tt, 0), other=-1)
-        listed = tl.sum((blk_f[:, None] == row_tt[None, :]).to(tl.int32), axis=1)
-        applied_f = applied_f | ((te_f > tt) & (listed > rank_f))
-        gets = listed > rank_f
-        tokens_f = tokens_f | (gets.to(tl.int32) << tt)
-        # Read for live listings only, whose blocks are < tile_blocks (no int32 wrap in blk_f * PAGE).
-        sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)
-        whole_f = whole_f & ((tt >= n_tok) | (gets & (sees == PAGE)))
-        n_vis_f = tl.maximum(n_vis_f, tl.where(gets, sees, 0))
-    first_f = live_f & ~applied_f
-    plan_f = tl.cumsum(first_f.to(tl.int32), axis=0) - 1  # position in the walk
-    n_plan = tl.sum(first_f.to(tl.int32), axis=0)
-    pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
-    # One word per listing (page, block, whole), so a step reads its page with one load.
-    key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
-    tl.static_assert(PAGE < 256 and BLOCK_T <= 16, "aux_f holds a visible length in 8 bits, a token mask in 16")
-    aux_f = (tokens_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
-    # One iteration per BLOCK_N-key slice (SUBTILES a page), not a page with its slices unrolled:
-    # an unrolled body keeps two slices' K/V buffers and registers live, and a 128-row tile spills.
-    # The plan goes to this program's rows of the scratch (int64 [programs, 2, PLAN]: words, aux), so
-    # a step reads its page with one scalar load that the pipeliner prefetches with the K/V
-    # slices, not a block-wide reduction (a barrier across the warps) on the critical path.
-    prog = tl.program_id(0) + tl.num_programs(0) * (req + tl.num_programs(1) * g)
-    plan_row_ptr = plan_ptr + prog.to(tl.int64) * (2 * PLAN)
-    tl.store(plan_row_ptr + plan_f, key_f, mask=first_f)
-    tl.store(plan_row_ptr + PLAN + plan_f, aux_f.to(tl.int64), mask=first_f)
+    if i0 < q_len:
+        prefix = tl.load(prefix_lens_ptr + req)
+        seq_len = tl.load(seq_lens_ptr + req)
+        block_table_row_ptr = block_table_ptr + req.to(tl.int64) * stride_bt_r
+        n_tok = tl.minimum(q_len - i0, BLOCK_T)
+        # Blocks any token of the tile may see: [0, tile_blocks) (its last token sees the most).
+        tile_blocks = tl.cdiv(tl.minimum(prefix + i0 + n_tok, seq_len), PAGE)
+        tile_topk_ptr = topk_ptr + g * stride_tk_h + (q_start + i0).to(tl.int64) * stride_tk_t
+        offs_k = tl.arange(0, TOPK_P2)
+        # The tile's plan, built once: its entries in (token, entry) order, each token's first n_read
+        # only. A page is loaded once per listing rank: at the first (block, rank) listing in that
+        # order, for every row that lists the block more than `rank` times (a row listing it twice
+        # gets it twice, as a per-token walk does, and no other row does). The walk below is then a
+        # counted loop that reads each page from the plan's scratch, so its K/V loads can be prefetched.
+        pos = tl.arange(0, PLAN)
+        te_f = pos // TOPK_P2
+        ke_f = pos % TOPK_P2
+        n_read_f = tl.minimum(topk, tl.cdiv(tl.minimum(prefix + i0 + te_f + 1, seq_len), PAGE))
+        read_f = (te_f < n_tok) & (ke_f < n_read_f)  # never a load past a token's first n_read entries
+        blk_f = tl.load(tile_topk_ptr + te_f * stride_tk_t + ke_f * stride_tk_k, mask=read_f, other=-1)
+        live_f = read_f & (blk_f >= 0) & (blk_f < tile_blocks)  # block numbers, never positions (no int32 wrap)
+        # rank: listings of the same block earlier in the same token's row (L1-resident reloads).
+        rank_f = tl.zeros([PLAN], dtype=tl.int32)
+        for kk in tl.static_range(TOPK_P2):
+            earlier_col = tl.load(tile_topk_ptr + te_f * stride_tk_t + kk * stride_tk_k, mask=read_f & (ke_f > kk),
+                                  other=-1)
+            rank_f += (earlier_col == blk_f).to(tl.int32)
+        # Applied already: an earlier token lists the block more than `rank` times. Per listing, also
+        # which tokens get the page (`tokens_f`, a bit per token: a partial step builds the rows' mask
+        # from it, so no per-row listing is held through the walk) and what they see of it: `whole`
+        # when every token of the tile gets it and sees all PAGE keys (the walk then masks nothing),
+        # `n_vis_f` the most keys any of them sees (the slots a load needs).
+        applied_f = pos < 0
+        whole_f = live_f
+        n_vis_f = tl.zeros([PLAN], dtype=tl.int32)
+        tokens_f = tl.zeros([PLAN], dtype=tl.int32)
+        for tt in tl.static_range(BLOCK_T):
+            kv_end_tt = tl.minimum(prefix + i0 + tt + 1, seq_len)
+            n_read_tt = tl.minimum(topk, tl.cdiv(kv_end_tt, PAGE))
+            row_tt = tl.load(tile_topk_ptr + tt * stride_tk_t + offs_k * stride_tk_k,
+                             mask=offs_k < tl.where(tt < n_tok, n_read_tt, 0), other=-1)
+            listed = tl.sum((blk_f[:, None] == row_tt[None, :]).to(tl.int32), axis=1)
+            applied_f = applied_f | ((te_f > tt) & (listed > rank_f))
+            gets = listed > rank_f
+            tokens_f = tokens_f | (gets.to(tl.int32) << tt)
+            # Read for live listings only, whose blocks are < tile_blocks (no int32 wrap in blk_f * PAGE).
+            sees = tl.minimum(tl.maximum(kv_end_tt - blk_f * PAGE, 0), PAGE)
+            whole_f = whole_f & ((tt >= n_tok) | (gets & (sees == PAGE)))
+            n_vis_f = tl.maximum(n_vis_f, tl.where(gets, sees, 0))
+        first_f = live_f & ~applied_f
+        plan_f = tl.cumsum(first_f.to(tl.int32), axis=0) - 1  # position in the walk
+        n_plan = tl.sum(first_f.to(tl.int32), axis=0)
+        pages_f = tl.load(block_table_row_ptr + tl.where(first_f, blk_f, 0) * stride_bt_b, mask=first_f, other=0)
+        # One word per listing (page, block, whole), so a step reads its page with one load.
+        key_f = (pages_f.to(tl.int64) << 32) | (tl.where(first_f, blk_f, 0).to(tl.int64) << 1) | whole_f.to(tl.int64)
+        tl.static_assert(PAGE < 256 and BLOCK_T <= 16, "aux_f holds a visible length in 8 bits, a token mask in 16")
+        aux_f = (tokens_f << 8) | n_vis_f  # read only by partial steps; n_vis_f <= PAGE < 256
+        # One iteration per BLOCK_N-key slice (SUBTILES a page), not a page with its slices unrolled:
+        # an unrolled body keeps two slices' K/V buffers and registers live, and a 128-row tile spills.
+        # The plan goes to this program's rows of the scratch (int64 [programs, 2, PLAN]: words, aux), so
+        # a step reads its page with one scalar load that the pipeliner prefetches with the K/V
+        # slices, not a block-wide reduction (a barrier across the warps) on the critical path.
+        prog = tl.program_id(0) + tl.num_programs(0) * (req + tl.num_programs(1) * g)
+        plan_row_ptr = plan_ptr + prog.to(tl.int64) * (2 * PLAN)
+        tl.store(plan_row_ptr + plan_f, key_f, mask=first_f)
+        tl.store(plan_row_ptr + PLAN + plan_f, aux_f.to(tl.int64), mask=first_f)
+        # A token's picks: its read entries naming a block it may see (the per-token walk's steps).
+        picks = tl.sum((read_f & (blk_f >= 0) & (blk_f <= (prefix + i0 + te_f) // PAGE)).to(tl.int32), axis=0)
+    else:  # the grid covers max_query_len: no step for a tile past its request's end
+        n_plan = 0
+        picks = 0
     tl.store(count_ptr + prog, n_plan)
+    if DECIDE:
+        tl.atomic_add(counters_ptr, n_plan, sem="relaxed", scope="gpu")
+        tl.atomic_add(counters_ptr + 1, picks, sem="relaxed", scope="gpu")
+        # The release orders this program's counts before its arrival; the last one to arrive reads
+        # every program's counts after its acquire.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counters_ptr + 2, 1, sem="acq_rel", scope="gpu")
+        if arrived == programs - 1:
+            steps = tl.atomic_add(counters_ptr, 0, sem="acquire", scope="gpu").to(tl.float32)
+            all_picks = tl.atomic_add(counters_ptr + 1, 0, sem="acquire", scope="gpu").to(tl.float32)
+            inflation = steps * BLOCK_T / tl.maximum(all_picks, 1.0)
+            tl.store(inflation_ptr, inflation)
+            keep = (inflation <= threshold).to(tl.int32)
+            num_reqs = tl.num_programs(1)
+            for c0 in range(0, num_reqs + 1, CU_BLOCK):
+                o = c0 + tl.arange(0, CU_BLOCK)
+                m = o <= num_reqs
+                cu = tl.load(cu_seqlens_q_ptr + o, mask=m, other=0)
+                tl.store(tiled_cu_ptr + o, cu * keep, mask=m)
+                tl.store(per_token_cu_ptr + o, cu * (1 - keep), mask=m)
+            tl.atomic_xchg(counters_ptr, 0, sem="relaxed", scope="gpu")  # zero for the next call (and replay)
+            tl.atomic_xchg(counters_ptr + 1, 0, sem="relaxed", scope="gpu")
+            tl.atomic_xchg(counters_ptr + 2, 0, sem="relaxed", scope="gpu")
 
 
 @gluon.jit
@@ -500,28 +533,40 @@ def options(config):
 
 
 def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
-           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config, record=None):
+           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config, record=None, decide=None):
     """The plan launch, then the tile's, on validated arguments (codegen.api checks them, `unsupported`
     included). `record`: a list that receives the launches as (kernel, grid, args, kwargs) instead of
-    running them (codegen.plan binds them)."""
+    running them (codegen.plan binds them). `decide`: selection 'auto' decided by the plan launch (a
+    codegen.selection_kernel.PlanDecision: the tiles run on its tiled_cu, the per-token launch takes
+    its per_token_cu)."""
     num_reqs = seq_lens.shape[0]
     topk = topk_idx.shape[2]
     if max_query_len == 0 or num_reqs == 0:
+        if decide is not None:  # nothing to plan: the tiles' 'auto' verdict, as tile_inflation's 1.0
+            decide.tiled_cu.copy_(cu_seqlens_q)
+            decide.per_token_cu.zero_()
+            decide.inflation.fill_(1.0)
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
     plan_consts = plan_constexprs(topk=topk, config=config)
     programs = grid[0] * grid[1] * grid[2]
     plan = torch.empty(programs * (2 * plan_consts["PLAN"] + 1), dtype=torch.int64, device=q.device)
+    if decide is None:
+        outputs, tiled_cu = (plan, plan, plan, plan, 0.0), cu_seqlens_q  # not read (DECIDE off)
+    else:
+        outputs, tiled_cu = (decide.counters, decide.tiled_cu, decide.per_token_cu, decide.inflation,
+                             float(decide.threshold)), decide.tiled_cu
     plan_args = (topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, plan, topk, *topk_idx.stride(),
-                 *block_table.stride())
+                 *block_table.stride(), *outputs)
     args = (
-        q, kv_descriptor(kv_cache), plan, cu_seqlens_q, seq_lens, prefix_lens, output, k_scale, v_scale,
+        q, kv_descriptor(kv_cache), plan, tiled_cu, seq_lens, prefix_lens, output, k_scale, v_scale,
         float(sm_scale), q.stride(0), q.stride(1), output.stride(0), output.stride(1),
         *k_scale.stride(), *v_scale.stride(),
     )
     kwargs = dict(**constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
                                config=config), **options(config))
-    launches = [(_tile_plan_kernel, grid, plan_args, dict(**plan_consts, num_warps=PLAN_WARPS)),
+    launches = [(_tile_plan_kernel, grid, plan_args, dict(**plan_consts, DECIDE=decide is not None, CU_BLOCK=256,
+                                                          num_warps=PLAN_WARPS)),
                 (_prefill_ws_kernel, grid, args, kwargs)]
     for kernel, kernel_grid, kernel_args, kernel_kwargs in launches:
         if record is not None:
@@ -530,4 +575,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '18dd8226c44a26ac8081f9500e016b44ec4dc9855a8dffac6f6771bac049e7e8'
+INPUTS_SHA256 = '456343c6c3dd8770e518ae4bc718eb38e07ebbf53eca5740af39658087a705fd'

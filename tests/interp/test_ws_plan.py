@@ -277,6 +277,50 @@ def test_plan_and_emulation_correlated(mode):
     _emulation_matches(case, plan, ref)
 
 
+def _picks(case, g):
+    """A token's picks, summed over the batch for KV head g: its read entries naming a block it may see."""
+    a = case.args
+    total = 0
+    for req in range(a["seq_lens"].numel()):
+        q_len = int(a["cu_seqlens_q"][req + 1] - a["cu_seqlens_q"][req])
+        _, _, kv_end, rows = _tile(case, req, 0, q_len, g)
+        total += sum(sum(0 <= blk <= (end - 1) // PAGE_SIZE for blk in row) for end, row in zip(kv_end, rows))
+    return total
+
+
+@pytest.mark.parametrize("pattern", ["correlated", "random"])
+@pytest.mark.parametrize("gqa", sorted(LAYOUTS))
+def test_plan_launch_decides_auto(gqa, pattern):
+    """selection='auto' inside the plan launch: the inflation is the tiles' steps x block_t over the
+    tokens' picks, exactly (every tile, every KV head); a threshold just above it keeps the tiles, one
+    just below sends the batch to the per-token launch (the other launch's cu_seqlens all zeros); the
+    counters are back to zero after each call; the Gluon kernel reads the tiled launch's offsets."""
+    from codegen.selection_kernel import PlanDecision
+
+    module = importlib.import_module(WS_MODULES["scalar"])
+    case = _case("scalar", gqa, seed=3, **{**RAGGED, "pattern": pattern})
+    config = ws_config(gqa=gqa)
+    a = case.args
+    plan = _run_plan(module, case, config)  # the plan without the decision, for the expected steps
+    steps = sum(plan.counts)
+    expected = steps * config.block_t / sum(_picks(case, g) for g in range(a["num_kv_heads"]))
+    counters = torch.zeros(3, dtype=torch.int32)
+    cu = a["cu_seqlens_q"]
+    for threshold, tiles in ((expected * 1.001, True), (expected * 0.999, False)):
+        decide = PlanDecision.for_call(cu, threshold, counters)
+        recorded = []
+        module.launch(*_launch_args(case), config, record=recorded, decide=decide)
+        (plan_kernel, grid, plan_args, plan_kwargs), (_, _, ws_args, _) = recorded
+        assert plan_kwargs["DECIDE"] and ws_args[3] is decide.tiled_cu and plan_args[2] is cu
+        plan_kernel[grid](*plan_args, **plan_kwargs)
+        assert float(decide.inflation) == pytest.approx(expected, rel=1e-6)
+        assert torch.equal(decide.tiled_cu, cu if tiles else torch.zeros_like(cu))
+        assert torch.equal(decide.per_token_cu, torch.zeros_like(cu) if tiles else cu)
+        assert counters.tolist() == [0, 0, 0]
+        assert plan_args[5][-math.prod(grid):].sum().item() == steps  # the counts as without DECIDE
+    assert expected > 1.0  # ragged tiles: some steps serve fewer than all of a tile's tokens
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Config and plumbing (no kernel runs, but for the last test)
 
