@@ -9,7 +9,8 @@
 #                                               #   (decode, prefill_tiles, prefill_per_token, prefill_incumbents,
 #                                               #   prefill_incumbents_per_token, prefill_ws, prefill_ws_per_token);
 #                                               #   TRIALS, TUNE_S
-#   bash scripts/h200.sh grid decode|prefill    # the bench grid of this tree, then of .before (FILTER)
+#   bash scripts/h200.sh grid decode|prefill    # the bench grid of this tree, then of .before (FILTER:
+#                                               #   label substrings separated by ';')
 #   bash scripts/h200.sh probe                  # benchmarks/probes/probe.py: .before's prefill against this tree's
 #   bash scripts/h200.sh profile                # Nsight Compute counters of NCU_CASES (benchmarks/probes/ncu_cases.py)
 #   bash scripts/h200.sh tests                  # the GPU test suite
@@ -76,7 +77,7 @@ case $STAGE in
     cp tuned_configs/sm90__NVIDIA_H200.json "$OUT/" ;;
   grid)
     KERNEL=${2:?grid: decode or prefill}
-    read -ra FILTERS <<< "${FILTER:-$KERNEL}"
+    IFS=';' read -ra FILTERS <<< "${FILTER:-$KERNEL}"  # ';' between filters: a label filter has spaces
     bench . after "${FILTERS[@]}"
     bench .before before "${FILTERS[@]}" ;;
   probe)
