@@ -8,8 +8,8 @@ graph-timed over 3 rotating seeds of the bench's correlated prefill, beside the 
   no_softmax     P = S: no exp2 (max, sums and the rescale stay)
   no_fence       no proxy fence after the converter's stores
   mma_only       no_convert and no_softmax together
-  cvt_2x16       the conversion's register layout 2 rows x 16 threads a warp (8 elements a thread): right
-  cvt_16         16 elements a thread, 4 rows x 8 threads (the layout before 2026-12-02's): right
+  cvt_2x16       the conversion's register layout 8 elements a thread, 2 rows x 16 threads a warp: right
+  cvt_4x8        8 elements a thread, 4 rows x 8 threads (a row in two passes): right
 
   python benchmarks/probes/ws_limits.py [--modes scalar,per_token_head] [--out DIR]
 """
@@ -33,18 +33,18 @@ import triton  # noqa: E402
 from ws_plan import _as_call, _recorded  # noqa: E402  (a module's launches recorded for a case, and run)
 
 GENERATED = ROOT / "codegen" / "generated"
-CONV8 = [("gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])", "gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])"),
+CONV8 = [("gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])", "gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0])"),
          ("CONVERTER_WARPS = 4\n", "CONVERTER_WARPS = 8\n"), ("CONVERTER_REGS = 56\n", "CONVERTER_REGS = 40\n")]
 NO_CONVERT = [("        dst.slice(c * CR, CR).store(y)\n", "")]
 NO_SOFTMAX = [("p = gl.exp2(qk * s_scale - m_shift[:, None])", "p = qk"),
               ("p = gl.exp2(qk - m_shift[:, None])", "p = qk")]
 NO_FENCE = [("        fence_async_shared()  # generic-proxy stores", "        # generic-proxy stores"),
             ("        fence_async_shared()  # also orders", "        # also orders")]
-CVT = "gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])"
+CVT = "gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])"
 CVT_2X16 = [(CVT, "gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])")]
-CVT_16 = [(CVT, "gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])")]
+CVT_4X8 = [(CVT, "gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])")]
 VARIANTS = {"as is": [], "conv8": CONV8, "no_convert": NO_CONVERT, "no_softmax": NO_SOFTMAX,
-            "no_fence": NO_FENCE, "mma_only": NO_CONVERT + NO_SOFTMAX, "cvt_2x16": CVT_2X16, "cvt_16": CVT_16}
+            "no_fence": NO_FENCE, "mma_only": NO_CONVERT + NO_SOFTMAX, "cvt_2x16": CVT_2X16, "cvt_4x8": CVT_4X8}
 CASES = (("tp1", 4, 2048), ("tp4", 1, 8192))
 
 

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: 00c7e282c470c64678ed7fb737b6e07acfaeabf3fc7f0fe522318304ebf139d0
+# inputs-sha256: 456343c6c3dd8770e518ae4bc718eb38e07ebbf53eca5740af39658087a705fd
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -255,10 +255,7 @@ def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks
     the fp16 ring; kready / vready arrived once per step, kempty / vempty (QK / PV of the step NC back
     retired) waited before a stage is overwritten."""
     kbar, vbar, kready, vready, kempty, vempty = bars
-    # 8 elements a thread, a row over 8 threads in two passes: the fp16 stores into the swizzled stage
-    # conflict less than with 16 a thread (ncu: 2x the ideal wavefronts), 1-4% faster on the H200
-    # (results/h200/prefill-ws-decide).
-    cvt_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    cvt_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
     top_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     tops_layout: gl.constexpr = gl.BlockedLayout([2], [32], [4], [0])
     for i in gl.static_range(NS):
@@ -578,4 +575,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '00c7e282c470c64678ed7fb737b6e07acfaeabf3fc7f0fe522318304ebf139d0'
+INPUTS_SHA256 = '456343c6c3dd8770e518ae4bc718eb38e07ebbf53eca5740af39658087a705fd'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: 71001d76a3f6cb387a43b24952d78b343bc8f321748164cf97cb474db1bea22b
+# inputs-sha256: 8ced945231ee71ff75de2deeb034b982bfe8b77c63f8c2f6984a0f36f383f12f
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -241,10 +241,7 @@ def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, BN: gl.con
     the fp16 ring; kready / vready arrived once per step, kempty / vempty (QK / PV of the step NC back
     retired) waited before a stage is overwritten."""
     kbar, vbar, kready, vready, kempty, vempty = bars
-    # 8 elements a thread, a row over 8 threads in two passes: the fp16 stores into the swizzled stage
-    # conflict less than with 16 a thread (ncu: 2x the ideal wavefronts), 1-4% faster on the H200
-    # (results/h200/prefill-ws-decide).
-    cvt_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    cvt_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
     for i in gl.static_range(NS):
         page, blk, whole, tokens, n_vis = _step_words(plan_row, i, n_steps, PLAN, PAGE)
         _issue(kv_desc, k8, v8, kbar, vbar, g, page, i, n_steps, BN, D, NS)
@@ -544,4 +541,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '71001d76a3f6cb387a43b24952d78b343bc8f321748164cf97cb474db1bea22b'
+INPUTS_SHA256 = '8ced945231ee71ff75de2deeb034b982bfe8b77c63f8c2f6984a0f36f383f12f'
