@@ -39,7 +39,7 @@ def tuned_launches(arch: str, device: str = "NVIDIA_H200") -> list:
         family, mode, kv_dtype, hq, hkv = parse_table_key(key)
         for entry in table["buckets"].values():
             for sub in (entry, entry.get("per_token")):
-                if sub:
+                if sub and "config" in sub:  # a bucket may hold one path's entry alone
                     launches += static.launches_for(arch, family, mode, kv_dtype, hq, hkv, sub["config"],
                                                     source="tuned")
     return launches

@@ -11,7 +11,7 @@ import dataclasses
 import pathlib
 
 from .configs import LaunchConfig
-from .tuned_store import PER_TOKEN, read_document
+from .tuned_store import PER_TOKEN, path_entries, read_document
 
 # Prefill tiles (block_t > 1) and the per-token walk (block_t 1).
 PREFILL_PER_TOKEN = LaunchConfig(block_n=64, block_t=1)
@@ -87,14 +87,13 @@ def tuned_entries(path: pathlib.Path) -> list[TunedEntry]:
     doc = read_document(path)
     found: dict[tuple, TunedEntry] = {}
     for table, body in sorted(doc["tables"].items()):
-        for bucket in sorted(body["buckets"], key=int):
-            entry = body["buckets"][bucket]
-            for sub, per_token in ((entry, False), (entry.get(PER_TOKEN), True)):
-                if not sub:
-                    continue
-                config = LaunchConfig.from_dict(sub["config"])
-                found.setdefault((table, config, per_token), TunedEntry(table, int(bucket), config, per_token))
-    return list(found.values())
+        # Per path: a bucket may hold either path's entry alone (a run whose budget ran out between
+        # the tiled and the per-token studies leaves per-token-only buckets).
+        for path_name, per_token in (("tiled", False), (PER_TOKEN, True)):
+            for bucket, entry in sorted(path_entries(body, path_name).items()):
+                config = LaunchConfig.from_dict(entry["config"])
+                found.setdefault((table, config, per_token), TunedEntry(table, bucket, config, per_token))
+    return sorted(found.values(), key=lambda e: (e.table, e.per_token, e.bucket))
 
 
 # The tuned entries run at their bucket's token count or this many, whichever is smaller: the

@@ -27,6 +27,22 @@ def test_every_config_of_the_tuned_table_runs_once_at_its_smallest_bucket():
         assert e.bucket == min(buckets)
 
 
+def test_a_bucket_with_only_a_per_token_entry(tmp_path):
+    """A tune whose budget ran out between its tiled and per-token studies leaves buckets that hold a
+    per_token sub-entry alone (a valid table: the loader reads each path's buckets): the suite runs
+    that config on the per-token path and finds no tiled config there."""
+    doc = json.loads(TABLE.read_text())
+    name, body = next((n, b) for n, b in sorted(doc["tables"].items()) if n.startswith("prefill"))
+    bucket, entry = next((b, e) for b, e in body["buckets"].items() if "per_token" in e)
+    body["buckets"] = {bucket: {"per_token": entry["per_token"]}}
+    doc["tables"] = {name: body}
+    path = tmp_path / "partial.json"
+    path.write_text(json.dumps(doc))
+    got = gpu_suite.tuned_entries(path)
+    assert [(e.table, e.bucket, e.per_token) for e in got] == [(name, int(bucket), True)]
+    assert got[0].config == LaunchConfig.from_dict(entry["per_token"]["config"])
+
+
 @pytest.mark.parametrize("index", range(0, 75, 7))
 def test_a_tuned_entrys_shape_is_its_bucket_or_smaller(index):
     entries = gpu_suite.tuned_entries(TABLE)
