@@ -13,7 +13,6 @@ scalar module, on the bench's correlated 8k prefill (TP1 and TP4; plan launch in
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import sys
@@ -27,6 +26,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
+from ws_limits import edited  # noqa: E402  (a generated module with text edits, imported)
 from ws_plan import _as_call, _recorded  # noqa: E402  (a module's launches recorded for a case, and run)
 
 PTH = ROOT / "codegen" / "generated" / "sm90_prefill_ws_per_token_head.py"
@@ -36,21 +36,6 @@ SCALING = MAXIMA + [("sc = gl.load(scale_row + rows * stride_sc_t, mask=rows < n
                      "sc = gl.full([CR], 1.0, gl.float32, gl.SliceLayout(1, cvt_layout))")]
 RESCALE = [("        alpha = alpha * (acc_unit / v_top)\n        acc_unit = v_top\n", "")]
 VARIANTS = {"shipped": [], "maxima": MAXIMA, "scaling": SCALING, "rescale": RESCALE}
-
-
-def edited(name: str, edits, folder: pathlib.Path):
-    """The per_token_head module with `edits` applied, imported under its own name."""
-    text = PTH.read_text()
-    for old, new in edits:
-        assert old in text, f"{name}: {old!r} not in {PTH.name}"
-        text = text.replace(old, new)
-    path = folder / f"ws_pth_{name}.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # @gluon.jit looks its globals up through the module
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> None:
@@ -64,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     folder = pathlib.Path(tempfile.mkdtemp())
-    modules = {name: edited(name, edits, folder) for name, edits in VARIANTS.items()}
+    modules = {name: edited(name, edits, folder, PTH) for name, edits in VARIANTS.items()}
     for layout in ("tp1", "tp4"):
         hq, hkv = bench.LAYOUTS[layout]
         config = ws_config(gqa=hq // hkv, convert_rows=16)
