@@ -71,29 +71,16 @@ def _inflation_decision_kernel(
             same_earlier = tl.sum((earlier & (key[:, None] == key[None, :])).to(tl.int32), axis=1)
             distinct += tl.sum((picked & (same_earlier == 0)).to(tl.int32), axis=0)
             picks += tl.sum(picked.to(tl.int32), axis=0)
-    decide_when_last(counters_ptr, cu_ptr, tiled_cu_ptr, per_token_cu_ptr, inflation_ptr, distinct, picks,
-                     tl.num_programs(0) * tl.num_programs(1), num_reqs, threshold, BLOCK_T, CU_BLOCK)
-
-
-@triton.jit
-def decide_when_last(counters_ptr, cu_ptr, tiled_cu_ptr, per_token_cu_ptr, inflation_ptr, pages, picks, programs,
-                     num_reqs, threshold, BLOCK_T: tl.constexpr, CU_BLOCK: tl.constexpr):
-    """`auto`'s decision across a grid: each of its `programs` adds the pages its tiles load and its
-    tokens' picks to the counters (>= 3 int32, zero before the launch); the last one to arrive keeps
-    the tiles when pages x BLOCK_T / picks <= threshold, writes the tiled and per-token launches'
-    cu_seqlens (the path not taken gets zeros) and the inflation, and puts the counters back to zero
-    for the next call (and a graph's replay). Shared by the decision kernel here and the Gluon tile's
-    plan launch (templates/prefill_ws.py.jinja)."""
-    tl.atomic_add(counters_ptr, pages, sem="relaxed", scope="gpu")
+    tl.atomic_add(counters_ptr, distinct, sem="relaxed", scope="gpu")
     tl.atomic_add(counters_ptr + 1, picks, sem="relaxed", scope="gpu")
     # The release orders this program's counts before its arrival; the last one to arrive reads
     # every program's counts after its acquire.
     tl.debug_barrier()
     arrived = tl.atomic_add(counters_ptr + 2, 1, sem="acq_rel", scope="gpu")
-    if arrived == programs - 1:
-        total_pages = tl.atomic_add(counters_ptr, 0, sem="acquire", scope="gpu").to(tl.float32)
+    if arrived == tl.num_programs(0) * tl.num_programs(1) - 1:
+        total_distinct = tl.atomic_add(counters_ptr, 0, sem="acquire", scope="gpu").to(tl.float32)
         total_picks = tl.atomic_add(counters_ptr + 1, 0, sem="acquire", scope="gpu").to(tl.float32)
-        inflation = total_pages * BLOCK_T / tl.maximum(total_picks, 1.0)
+        inflation = total_distinct * BLOCK_T / tl.maximum(total_picks, 1.0)
         tl.store(inflation_ptr, inflation)
         keep = (inflation <= threshold).to(tl.int32)
         for c0 in range(0, num_reqs + 1, CU_BLOCK):
@@ -102,7 +89,7 @@ def decide_when_last(counters_ptr, cu_ptr, tiled_cu_ptr, per_token_cu_ptr, infla
             cu = tl.load(cu_ptr + o, mask=m, other=0)
             tl.store(tiled_cu_ptr + o, cu * keep, mask=m)
             tl.store(per_token_cu_ptr + o, cu * (1 - keep), mask=m)
-        tl.atomic_xchg(counters_ptr, 0, sem="relaxed", scope="gpu")
+        tl.atomic_xchg(counters_ptr, 0, sem="relaxed", scope="gpu")  # zero for the next call (and replay)
         tl.atomic_xchg(counters_ptr + 1, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(counters_ptr + 2, 0, sem="relaxed", scope="gpu")
 

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: 83b99f587bf8d1b0b16a26887c08f79b45daa98b0225713b250071c2fe183bed
+# inputs-sha256: 456343c6c3dd8770e518ae4bc718eb38e07ebbf53eca5740af39658087a705fd
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -38,8 +38,6 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
-
-from codegen.selection_kernel import decide_when_last  # `auto`'s decision, shared with the Triton tiles'
 
 # Gluon names that differ between Triton 3.6 (the H200 image) and later Tritons (CI's 3.9): the
 # partition-wide barrier (thread_barrier / barrier), the TMA load (async_copy_global_to_shared /
@@ -170,8 +168,28 @@ def _tile_plan_kernel(
         picks = 0
     tl.store(count_ptr + prog, n_plan)
     if DECIDE:
-        decide_when_last(counters_ptr, cu_seqlens_q_ptr, tiled_cu_ptr, per_token_cu_ptr, inflation_ptr, n_plan, picks,
-                         programs, tl.num_programs(1), threshold, BLOCK_T, CU_BLOCK)
+        tl.atomic_add(counters_ptr, n_plan, sem="relaxed", scope="gpu")
+        tl.atomic_add(counters_ptr + 1, picks, sem="relaxed", scope="gpu")
+        # The release orders this program's counts before its arrival; the last one to arrive reads
+        # every program's counts after its acquire.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counters_ptr + 2, 1, sem="acq_rel", scope="gpu")
+        if arrived == programs - 1:
+            steps = tl.atomic_add(counters_ptr, 0, sem="acquire", scope="gpu").to(tl.float32)
+            all_picks = tl.atomic_add(counters_ptr + 1, 0, sem="acquire", scope="gpu").to(tl.float32)
+            inflation = steps * BLOCK_T / tl.maximum(all_picks, 1.0)
+            tl.store(inflation_ptr, inflation)
+            keep = (inflation <= threshold).to(tl.int32)
+            num_reqs = tl.num_programs(1)
+            for c0 in range(0, num_reqs + 1, CU_BLOCK):
+                o = c0 + tl.arange(0, CU_BLOCK)
+                m = o <= num_reqs
+                cu = tl.load(cu_seqlens_q_ptr + o, mask=m, other=0)
+                tl.store(tiled_cu_ptr + o, cu * keep, mask=m)
+                tl.store(per_token_cu_ptr + o, cu * (1 - keep), mask=m)
+            tl.atomic_xchg(counters_ptr, 0, sem="relaxed", scope="gpu")  # zero for the next call (and replay)
+            tl.atomic_xchg(counters_ptr + 1, 0, sem="relaxed", scope="gpu")
+            tl.atomic_xchg(counters_ptr + 2, 0, sem="relaxed", scope="gpu")
 
 
 @gluon.jit
@@ -557,4 +575,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '83b99f587bf8d1b0b16a26887c08f79b45daa98b0225713b250071c2fe183bed'
+INPUTS_SHA256 = '456343c6c3dd8770e518ae4bc718eb38e07ebbf53eca5740af39658087a705fd'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: 88dfe91a249fccdd6bfe72720f3a63ac1d905f65e6cd39149b87ca802a2deac1
+# inputs-sha256: 8ced945231ee71ff75de2deeb034b982bfe8b77c63f8c2f6984a0f36f383f12f
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -36,8 +36,6 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
-
-from codegen.selection_kernel import decide_when_last  # `auto`'s decision, shared with the Triton tiles'
 
 # Gluon names that differ between Triton 3.6 (the H200 image) and later Tritons (CI's 3.9): the
 # partition-wide barrier (thread_barrier / barrier), the TMA load (async_copy_global_to_shared /
@@ -168,8 +166,28 @@ def _tile_plan_kernel(
         picks = 0
     tl.store(count_ptr + prog, n_plan)
     if DECIDE:
-        decide_when_last(counters_ptr, cu_seqlens_q_ptr, tiled_cu_ptr, per_token_cu_ptr, inflation_ptr, n_plan, picks,
-                         programs, tl.num_programs(1), threshold, BLOCK_T, CU_BLOCK)
+        tl.atomic_add(counters_ptr, n_plan, sem="relaxed", scope="gpu")
+        tl.atomic_add(counters_ptr + 1, picks, sem="relaxed", scope="gpu")
+        # The release orders this program's counts before its arrival; the last one to arrive reads
+        # every program's counts after its acquire.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counters_ptr + 2, 1, sem="acq_rel", scope="gpu")
+        if arrived == programs - 1:
+            steps = tl.atomic_add(counters_ptr, 0, sem="acquire", scope="gpu").to(tl.float32)
+            all_picks = tl.atomic_add(counters_ptr + 1, 0, sem="acquire", scope="gpu").to(tl.float32)
+            inflation = steps * BLOCK_T / tl.maximum(all_picks, 1.0)
+            tl.store(inflation_ptr, inflation)
+            keep = (inflation <= threshold).to(tl.int32)
+            num_reqs = tl.num_programs(1)
+            for c0 in range(0, num_reqs + 1, CU_BLOCK):
+                o = c0 + tl.arange(0, CU_BLOCK)
+                m = o <= num_reqs
+                cu = tl.load(cu_seqlens_q_ptr + o, mask=m, other=0)
+                tl.store(tiled_cu_ptr + o, cu * keep, mask=m)
+                tl.store(per_token_cu_ptr + o, cu * (1 - keep), mask=m)
+            tl.atomic_xchg(counters_ptr, 0, sem="relaxed", scope="gpu")  # zero for the next call (and replay)
+            tl.atomic_xchg(counters_ptr + 1, 0, sem="relaxed", scope="gpu")
+            tl.atomic_xchg(counters_ptr + 2, 0, sem="relaxed", scope="gpu")
 
 
 @gluon.jit
@@ -523,4 +541,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '88dfe91a249fccdd6bfe72720f3a63ac1d905f65e6cd39149b87ca802a2deac1'
+INPUTS_SHA256 = '8ced945231ee71ff75de2deeb034b982bfe8b77c63f8c2f6984a0f36f383f12f'
