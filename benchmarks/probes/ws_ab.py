@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import pathlib
 import sys
 import tempfile
@@ -23,9 +22,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 
 import torch  # noqa: E402
-import triton  # noqa: E402
 
-from ws_plan import _as_call, _recorded  # noqa: E402  (a module's launches recorded for a case, and run)
+from ws_plan import _as_call, _recorded, write_rows  # noqa: E402  (a module's launches, recorded and run)
 
 CASES = (("tp1", "scalar", 4, 2048), ("tp1", "scalar", 1, 8192), ("tp4", "scalar", 1, 8192),
          ("tp8", "scalar", 1, 8192), ("tp1", "per_token_head", 1, 8192), ("tp4", "per_token_head", 1, 8192))
@@ -93,11 +91,7 @@ def main() -> None:
         print(row, flush=True)
         del sets, refs
         torch.cuda.empty_cache()
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "ws_ab.json").write_text(json.dumps(dict(
-            torch=torch.__version__, triton=triton.__version__, device=torch.cuda.get_device_name(),
-            matmul_flops=peak, before=str(args.before), rows=rows), indent=1))
+    write_rows(args.out, "ws_ab", rows, matmul_flops=peak, before=str(args.before))
 
 
 if __name__ == "__main__":

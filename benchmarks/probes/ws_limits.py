@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import pathlib
 import sys
 import tempfile
@@ -28,9 +27,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 
 import torch  # noqa: E402
-import triton  # noqa: E402
 
-from ws_plan import _as_call, _recorded  # noqa: E402  (a module's launches recorded for a case, and run)
+from ws_plan import _as_call, _recorded, write_rows  # noqa: E402  (a module's launches, recorded and run)
 
 GENERATED = ROOT / "codegen" / "generated"
 CONV8 = [("gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])", "gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0])"),
@@ -96,11 +94,7 @@ def main() -> None:
                 print(row, flush=True)
             del sets
             torch.cuda.empty_cache()
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "ws_limits.json").write_text(json.dumps(dict(torch=torch.__version__, triton=triton.__version__,
-                                                                  device=torch.cuda.get_device_name(), rows=rows),
-                                                             indent=1))
+    write_rows(args.out, "ws_limits", rows)
 
 
 if __name__ == "__main__":

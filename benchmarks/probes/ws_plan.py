@@ -37,6 +37,16 @@ def _recorded(launch, case, config, cu=None):
     return recorded
 
 
+def write_rows(out: pathlib.Path | None, name: str, rows: list, **extra) -> None:
+    """The probe's rows as out/name.json, with the versions and device they were measured on."""
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(dict(torch=torch.__version__, triton=triton.__version__,
+                                                      device=torch.cuda.get_device_name(), **extra, rows=rows),
+                                                 indent=1))
+
+
 def _as_call(launches):
     return lambda: [kernel[grid](*args, **kw) for kernel, grid, args, kw in launches]
 
@@ -96,11 +106,7 @@ def main() -> None:
                                                         inflation_out=estimate)
         row(case=name, part="auto's decision", block_t=sampled_t, inflation=round(float(estimate), 3),
             tiles=bool(tiled_cu[-1] > 0))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "ws_plan.json").write_text(json.dumps(dict(torch=torch.__version__, triton=triton.__version__,
-                                                                device=torch.cuda.get_device_name(), rows=rows),
-                                                           indent=1))
+    write_rows(args.out, "ws_plan", rows)
 
 
 if __name__ == "__main__":

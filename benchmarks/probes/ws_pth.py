@@ -13,7 +13,6 @@ scalar module, on the bench's correlated 8k prefill (TP1 and TP4; plan launch in
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import sys
 import tempfile
@@ -24,10 +23,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 
 import torch  # noqa: E402
-import triton  # noqa: E402
 
 from ws_limits import edited  # noqa: E402  (a generated module with text edits, imported)
-from ws_plan import _as_call, _recorded  # noqa: E402  (a module's launches recorded for a case, and run)
+from ws_plan import _as_call, _recorded, write_rows  # noqa: E402  (a module's launches, recorded and run)
 
 PTH = ROOT / "codegen" / "generated" / "sm90_prefill_ws_per_token_head.py"
 MAXIMA = [("k_top = _slice_top(ks_row, stride_ks_t, n_vis, BN, top_layout)", "k_top = gl.to_tensor(1.0)"),
@@ -63,11 +61,7 @@ def main() -> None:
                 print(rows[-1], flush=True)
             del sets
             torch.cuda.empty_cache()
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "ws_pth.json").write_text(json.dumps(dict(torch=torch.__version__, triton=triton.__version__,
-                                                               device=torch.cuda.get_device_name(), rows=rows),
-                                                          indent=1))
+    write_rows(args.out, "ws_pth", rows)
 
 
 if __name__ == "__main__":
