@@ -321,6 +321,25 @@ def test_plan_launch_decides_auto(gqa, pattern):
     assert expected > 1.0  # ragged tiles: some steps serve fewer than all of a tile's tokens
 
 
+def test_plan_launch_with_nothing_to_plan_keeps_the_tiles():
+    """A batch of no query tokens launches nothing; `auto`'s verdict is the tiles' (inflation 1, as
+    tile_inflation's for nothing to sample), its offsets written on the host side of the launch."""
+    from codegen.selection_kernel import PlanDecision
+
+    module = importlib.import_module(WS_MODULES["scalar"])
+    case = _case("scalar", 16, q_lens=[3], prefix_lens=[10])
+    args = list(_launch_args(case))
+    args[7] = 0  # max_query_len
+    cu = case.args["cu_seqlens_q"]
+    decide = PlanDecision.for_call(cu, 4.5, torch.zeros(3, dtype=torch.int32))
+    decide.tiled_cu.fill_(-1)
+    decide.per_token_cu.fill_(-1)
+    recorded = []
+    module.launch(*args, ws_config(gqa=16), record=recorded, decide=decide)
+    assert recorded == []
+    assert torch.equal(decide.tiled_cu, cu) and not decide.per_token_cu.any() and float(decide.inflation) == 1.0
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Config and plumbing (no kernel runs, but for the last test)
 
