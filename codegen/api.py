@@ -162,23 +162,22 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
     rest = (seq_lens, prefix_lens, max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale)
     if per_token is None:
         tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded)
-    elif config.warp_specialize:
-        # The Gluon tile's plan launch decides (exactly, over every tile's plan) and writes both
-        # launches' offsets; its counters are the plan's own (codegen.workspace.call_counters).
-        decide = selection_kernel.PlanDecision.for_call(
-            cu_seqlens_q, tile_selection.tiles_pay_off_below(config.block_t, scale_mode),
-            call_counters(q.device, 3, capturing, key="selection"))
-        tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded, decide=decide)
-        module.launch(q, kv_cache, topk_idx, block_table, decide.per_token_cu, *rest, per_token, record=recorded)
     else:
         # One launch decides on the device and writes both launches' offsets (the other path's are
         # zeros); its counters are the plan's own (codegen.workspace.call_counters).
         counters = call_counters(q.device, 3, capturing, key="selection")
-        sampled_t = tile_selection.sampled_block_t(config.block_t)
-        tiled_cu, per_token_cu = selection_kernel.decide_and_split(
-            topk_idx, sampled_t, tile_selection.tiles_pay_off_below(sampled_t, scale_mode), cu_seqlens_q,
-            prefix_lens, tile_selection.SAMPLED_TILES, counters=counters, record=recorded)
-        tiles.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, record=recorded)
+        if config.warp_specialize:  # the Gluon tile's plan launch decides, exactly over every tile's plan
+            decide = selection_kernel.PlanDecision.for_call(
+                cu_seqlens_q, tile_selection.tiles_pay_off_below(config.block_t, scale_mode), counters)
+            tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded,
+                         decide=decide)
+            per_token_cu = decide.per_token_cu
+        else:  # a decision launch, then the tiles
+            sampled_t = tile_selection.sampled_block_t(config.block_t)
+            tiled_cu, per_token_cu = selection_kernel.decide_and_split(
+                topk_idx, sampled_t, tile_selection.tiles_pay_off_below(sampled_t, scale_mode), cu_seqlens_q,
+                prefix_lens, tile_selection.SAMPLED_TILES, counters=counters, record=recorded)
+            tiles.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, record=recorded)
         module.launch(q, kv_cache, topk_idx, block_table, per_token_cu, *rest, per_token, record=recorded)
     launches = bind_recorded(recorded, roles, device=_launch_device(q))
     return call_plans.CallPlan(launches, stamp=stamp, config=config)

@@ -93,7 +93,7 @@ def tuned_entries(path: pathlib.Path) -> list[TunedEntry]:
             for bucket, entry in sorted(path_entries(body, path_name).items()):
                 config = LaunchConfig.from_dict(entry["config"])
                 found.setdefault((table, config, per_token), TunedEntry(table, bucket, config, per_token))
-    return sorted(found.values(), key=lambda e: (e.table, e.per_token, e.bucket))
+    return list(found.values())
 
 
 # The tuned entries run at their bucket's token count or this many, whichever is smaller: the

@@ -11,7 +11,6 @@ measured in the same run, for the call and for the kernel (the call less the pla
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import pathlib
 import sys
 import tempfile
@@ -23,6 +22,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 
 import torch  # noqa: E402
 
+from ws_limits import edited  # noqa: E402  (a generated module with text edits, imported)
 from ws_plan import _as_call, _recorded, write_rows  # noqa: E402  (a module's launches, recorded and run)
 
 CASES = (("tp1", "scalar", 4, 2048), ("tp1", "scalar", 1, 8192), ("tp4", "scalar", 1, 8192),
@@ -32,14 +32,7 @@ CONVERT_ROWS = {"scalar": 32, "per_token_head": 16}  # what the tuned tables cho
 
 def module_at(tree: pathlib.Path, mode: str, folder: pathlib.Path):
     """The Gluon module of `mode` in `tree`, imported under its own name."""
-    name = f"sm90_prefill_ws_{mode}"
-    path = folder / f"{name}_before.py"
-    path.write_text((tree / "codegen" / "generated" / f"{name}.py").read_text())
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # @gluon.jit looks its globals up through the module
-    spec.loader.exec_module(module)
-    return module
+    return edited("before", [], folder, tree / "codegen" / "generated" / f"sm90_prefill_ws_{mode}.py")
 
 
 def rel_l2(module, case, config, reference) -> float:
