@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 import torch  # noqa: E402
 
 from ws_limits import edited  # noqa: E402  (a generated module with text edits, imported)
-from ws_plan import _as_call, _recorded, write_rows  # noqa: E402  (a module's launches, recorded and run)
+from ws_plan import _as_call, _recorded, rel_l2, write_rows  # noqa: E402  (a module's launches, recorded and run)
 
 CASES = (("tp1", "scalar", 4, 2048), ("tp1", "scalar", 1, 8192), ("tp4", "scalar", 1, 8192),
          ("tp8", "scalar", 1, 8192), ("tp1", "per_token_head", 1, 8192), ("tp4", "per_token_head", 1, 8192))
@@ -33,15 +33,6 @@ CONVERT_ROWS = {"scalar": 32, "per_token_head": 16}  # what the tuned tables cho
 def module_at(tree: pathlib.Path, mode: str, folder: pathlib.Path):
     """The Gluon module of `mode` in `tree`, imported under its own name."""
     return edited("before", [], folder, tree / "codegen" / "generated" / f"sm90_prefill_ws_{mode}.py")
-
-
-def rel_l2(module, case, config, reference) -> float:
-    from codegen.accuracy import compare
-
-    case.poison()
-    _as_call(_recorded(module.launch, case, config))()
-    torch.cuda.synchronize()
-    return compare(case.args["output"], reference, torch.bfloat16).rel_l2
 
 
 def main() -> None:

@@ -51,6 +51,16 @@ def _as_call(launches):
     return lambda: [kernel[grid](*args, **kw) for kernel, grid, args, kw in launches]
 
 
+def rel_l2(module, case, config, reference) -> float:
+    """Relative L2 error of `module`'s tiled call on `case` (output poisoned first) against `reference`."""
+    from codegen.accuracy import compare
+
+    case.poison()
+    _as_call(_recorded(module.launch, case, config))()
+    torch.cuda.synchronize()
+    return compare(case.args["output"], reference, torch.bfloat16).rel_l2
+
+
 def main() -> None:
     import bench
     from codegen import cases, get_config, selection_kernel
