@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: eab0e00aa2ac158423e1a15df71e4d56c7e1d3b1af8dfbb21a2a743289822d25
+# inputs-sha256: a78441800572999a9ee02b28517ec3555f8dc8ff8a1d48e223707bfaff2d1c0e
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -59,6 +59,31 @@ def _reinterpret_public(buffer, dtype: gl.constexpr, shape: gl.constexpr, layout
 
 _reinterpret = (_reinterpret_public if hasattr(gl.shared_memory_descriptor, "reinterpret")
                 else _reinterpret_private)
+
+# The fp16 ring and the MMA warpgroups' turns synchronize through named hardware barriers (bar.sync /
+# bar.arrive on an id, counting threads), not mbarriers: Triton 3.6 puts a barrier across the whole partition
+# before an mbarrier arrive (one thread's) or wait in the MMA partition, which would hold its two warpgroups
+# in lockstep. Each signal is an arrive of the threads that give it and a sync of the threads that take it;
+# a barrier's rounds alternate (a signal is never given twice before it is taken), which the ring's order
+# guarantees. Triton's warp_specialize uses ids 0-2 here; these take 6-15 of the 16.
+TURN_BAR = gl.constexpr(6)     # + warpgroup: its turn to issue its MMAs (256 = both warpgroups)
+KEMPTY_BAR = gl.constexpr(8)   # + stage: both warpgroups' QK of the stage retired (384 = both + the converter)
+VEMPTY_BAR = gl.constexpr(10)  # + stage: both warpgroups' PV of the stage retired (384)
+READY_BAR = gl.constexpr(12)   # + 2 * stage + warpgroup: the stage's K and V converted (256 = converter + one)
+NAMED_BARRIERS = range(6, 16)  # the ids above (tests check that Triton's own stay below)
+
+
+@gluon.jit
+def _named_barrier(ids, count: gl.constexpr, SYNC: gl.constexpr, pred):
+    """bar.sync (SYNC) or bar.arrive of each thread on barrier ids[thread] for `count` threads, where
+    pred[thread] != 0 (ids, pred: int32, one element a thread; pred uniform over a warp)."""
+    counts = gl.full(ids.shape, count, gl.int32, ids.type.layout)
+    if SYNC:
+        gl.inline_asm_elementwise("{ .reg .pred p; setp.ne.s32 p, $3, 0; @p bar.sync $1, $2; mov.u32 $0, 0; }",
+                                  "=r,r,r,r", [ids, counts, pred], dtype=gl.int32, is_pure=False, pack=1)
+    else:
+        gl.inline_asm_elementwise("{ .reg .pred p; setp.ne.s32 p, $3, 0; @p bar.arrive $1, $2; mov.u32 $0, 0; }",
+                                  "=r,r,r,r", [ids, counts, pred], dtype=gl.int32, is_pure=False, pack=1)
 
 ARCH = "sm90"
 SCALE_MODE = "per_token_head"
@@ -252,9 +277,11 @@ def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks
                stride_vs_t, BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, NC: gl.constexpr,
                CR: gl.constexpr, PLAN: gl.constexpr, PAGE: gl.constexpr):
     """Worker partition (4 warps): K/V pages by TMA into the fp8 ring (NS steps ahead), converted into
-    the fp16 ring; kready / vready arrived once per step, kempty / vempty (QK / PV of the step NC back
-    retired) waited before a stage is overwritten."""
-    kbar, vbar, kready, vready, kempty, vempty = bars
+    the fp16 ring: K waits for the stage's KEMPTY, V for its VEMPTY (QK / PV of the step NC back retired by
+    both MMA warpgroups), then READY is given to each warpgroup."""
+    kbar, vbar = bars
+    one_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])  # an element a thread
+    ones = gl.full([128], 1, gl.int32, one_layout)
     # 8 contiguous elements a thread (one 16-byte fp16 store), a warp's 8 column groups covering 64 of
     # the 128 columns: measured 1-4% faster than 16 a thread (results/h200/prefill-ws-bounds).
     cvt_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
@@ -273,36 +300,33 @@ def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks
         s = j % NS
         c = j % NC
         ph = (j // NS) & 1
-        pe = ((j // NC) & 1) ^ 1
+        refill = ones * (j >= NC).to(gl.int32)  # stage c held step j - NC: wait until both warpgroups are done
         mbarrier.wait(kbar.index(s), ph)
-        mbarrier.wait(kempty.index(c), pe)  # QK(j - NC) retired (and its tops read)
+        _named_barrier(ones * (KEMPTY_BAR + c), 384, True, refill)  # QK(j - NC) retired (and its tops read)
         tops_s.index(c).store(gl.where(gl.arange(0, 2, layout=tops_layout) == 0, k_top, v_top))
         _convert(k8.index(s), k16.index(c), n_vis, ks_row, stride_ks_t, 1.0 / k_top, BN, CR, False, cvt_layout)
-        fence_async_shared()  # generic-proxy stores before the consumer's wgmma (async proxy) reads them
-        _cta_barrier()  # all 4 warps' stores done before the one-thread arrive
-        mbarrier.arrive(kready.index(c))
         mbarrier.wait(vbar.index(s), ph)
-        mbarrier.wait(vempty.index(c), pe)  # PV(j - NC) retired
+        _named_barrier(ones * (VEMPTY_BAR + c), 384, True, refill)  # PV(j - NC) retired
         if n_vis < BN:
             _convert(v8.index(s), v16.index(c), n_vis, vs_row, stride_vs_t, 1.0 / v_top, BN, CR, True, cvt_layout)
         else:
             _convert(v8.index(s), v16.index(c), n_vis, vs_row, stride_vs_t, 1.0 / v_top, BN, CR, False, cvt_layout)
-        fence_async_shared()  # also orders this stage's fp8 reads before the TMA below overwrites it
-        _cta_barrier()
-        mbarrier.arrive(vready.index(c))
+        fence_async_shared()  # generic-proxy stores before the MMA warps' wgmma (async proxy) reads them
+        _named_barrier(ones * (READY_BAR + 2 * c), 256, False, ones)
+        _named_barrier(ones * (READY_BAR + 2 * c + 1), 256, False, ones)
+        _cta_barrier()  # every thread's reads of this fp8 stage done before the TMA below overwrites it
         _issue(kv_desc, k8, v8, kbar, vbar, g, page_n, j + NS, n_steps, BN, D, NS)
 
 
 # ----------------------------------------------------------------------------------------------------------
 # consumer (default partition)
 @gluon.jit
-def _consumer(q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, tops_s, kv_lo, seq_len, n_tok, out_tok0,
+def _consumer(q_s, k16, v16, out_ptr, plan_row, n_steps, qk_scale, tops_s, kv_lo, seq_len, n_tok, out_tok0,
               head0, stride_o_t, stride_o_h,
               BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NC: gl.constexpr, GQA: gl.constexpr,
               PLAN: gl.constexpr, PAGE: gl.constexpr, NUM_WARPS: gl.constexpr):
     """QK, masks, softmax, PV, output. Row r is token r // GQA of the tile, query head head0 + r % GQA;
     token t sees keys < min(kv_lo + t + 1, seq_len)."""
-    kbar, vbar, kready, vready, kempty, vempty = bars
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
                                                        instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
@@ -315,8 +339,18 @@ def _consumer(q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, tops_s,
     kv_end_row = gl.minimum(kv_lo + row_t + 1, seq_len)
     m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
-    acc = warpgroup_mma_init(gl.zeros([BM, D], gl.float32, o_layout))
+    acc = gl.zeros([BM, D], gl.float32, o_layout)
     acc_unit = gl.to_tensor(1.0)  # acc is kept in units of the last page's largest |V scale|
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    p16 = gl.zeros([BM, BN], gl.float16, p_layout)  # P of the step before (none before step 0)
+    # Ping-pong: a warpgroup issues its step's MMAs (PV of the step before, then QK) in its turn and hands
+    # the turn over; its softmax then runs under the other warpgroup's MMAs. Warpgroup 0 goes first.
+    one_layout: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])  # an element a thread
+    wg = gl.arange(0, NUM_WARPS * 32, layout=one_layout) // 128
+    ones = gl.full([NUM_WARPS * 32], 1, gl.int32, one_layout)
+    my_turn = TURN_BAR + wg
+    next_turn = TURN_BAR + 1 - wg
+    _named_barrier(ones * TURN_BAR, 256, False, ((wg == 1) & (n_steps > 0)).to(gl.int32))
     page_n, blk_n, whole_n, tokens_n, n_vis_n = _step_words(plan_row, 0, n_steps, PLAN, PAGE)
     for j in range(n_steps):
         page = page_n
@@ -326,18 +360,24 @@ def _consumer(q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, tops_s,
         n_vis = n_vis_n
         page_n, blk_n, whole_n, tokens_n, n_vis_n = _step_words(plan_row, j + 1, n_steps, PLAN, PAGE)
         c = j % NC
-        ph = (j // NC) & 1
-        mbarrier.wait(kready.index(c), ph)
-        # the page's largest |K| and |V| scales, from the converter (read before kempty is arrived)
+        c_prev = (j + NC - 1) % NC
+        _named_barrier(READY_BAR + 2 * c + wg, 256, True, ones)  # K(j) and V(j) converted
+        # the page's largest |K| and |V| scales, from the converter (read before KEMPTY is arrived)
         tops = tops_s.index(c).load(tops_layout)
         s_scale = qk_scale * gl.sum(gl.where(tops_idx == 0, tops, 0.0), 0)
         v_top = gl.sum(gl.where(tops_idx == 1, tops, 0.0), 0)
+        _named_barrier(my_turn, 256, True, ones)
+        if j > 0:
+            pv = warpgroup_mma(p16, v16.index(c_prev), acc, is_async=True)  # PV(j-1)
+        else:
+            pv = warpgroup_mma_init(acc)
         qk = warpgroup_mma(q_s, k16.index(c).permute((1, 0)), gl.zeros([BM, BN], gl.float32, s_layout),
                            use_acc=False, is_async=True)
-        qk, acc = warpgroup_mma_wait(0, deps=[qk, acc])  # retires PV(j-1) and QK(j)
-        _cta_barrier()  # both warpgroups' wgmmas retired before the one-thread arrives
-        mbarrier.arrive(kempty.index(c))
-        mbarrier.arrive(vempty.index((j + NC - 1) % NC), pred=j > 0)  # V(j-1)'s stage
+        _named_barrier(next_turn, 256, False, ones)
+        qk, acc = warpgroup_mma_wait(0, deps=[qk, pv])  # retires PV(j-1) and QK(j)
+        # stages the converter refills (the last NC steps' are not)
+        _named_barrier(ones * (KEMPTY_BAR + c), 384, False, ones * (j + NC < n_steps).to(gl.int32))
+        _named_barrier(ones * (VEMPTY_BAR + c_prev), 384, False, ones * ((j > 0) & (j + NC - 1 < n_steps)).to(gl.int32))
         if not whole:  # a row sees the keys of its token's steps, before its kv_end
             lim = gl.where(((tokens >> row_t) & 1) != 0, kv_end_row - blk * PAGE, 0)
             qk = gl.where(offs_n[None, :] < lim[:, None], qk, float("-inf"))
@@ -349,11 +389,15 @@ def _consumer(q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, tops_s,
         alpha = alpha * (acc_unit / v_top)
         acc_unit = v_top
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-        p16 = gl.convert_layout(p.to(gl.float16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
-        mbarrier.wait(vready.index(c), ph)
-        acc = warpgroup_mma(p16, v16.index(c), acc, is_async=True)  # PV(j): left in flight
+        p16 = gl.convert_layout(p.to(gl.float16), p_layout)
         m_i = m_new
-    acc = warpgroup_mma_wait(0, deps=[acc])
+    if n_steps > 0:  # PV of the last step; warpgroup 1's hand-over after it would have no taker
+        _named_barrier(my_turn, 256, True, ones)
+        pv = warpgroup_mma(p16, v16.index((n_steps - 1) % NC), acc, is_async=True)
+        _named_barrier(next_turn, 256, False, (wg == 0).to(gl.int32))
+    else:
+        pv = warpgroup_mma_init(acc)
+    acc = warpgroup_mma_wait(0, deps=[pv])
     l_safe = gl.where(l_i > 0.0, l_i, 1.0)  # a row that saw no visible key comes out as zeros
     o = (acc * gl.convert_layout(acc_unit / l_safe, gl.SliceLayout(1, o_layout))[:, None])
     o = o.to(out_ptr.dtype.element_ty)
@@ -379,8 +423,8 @@ def _consumer(q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, tops_s,
 # ----------------------------------------------------------------------------------------------------------
 @gluon.jit
 def _alloc_rings(BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, NC: gl.constexpr):
-    """The fp8 ring (NS TMA stages, kbar / vbar with expect-tx) and the fp16 ring (NC stages, kready /
-    vready / kempty / vempty), every barrier of count 1. Returns (k8, v8, k16, v16, bars)."""
+    """The fp8 ring (NS TMA stages, kbar / vbar with expect-tx, count 1) and the fp16 ring (NC stages,
+    signalled through named barriers). Returns (k8, v8, k16, v16, (kbar, vbar))."""
     f8_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float8e4nv)
     f16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float16)
     k8 = gl.allocate_shared_memory(gl.float8e4nv, [NS, BN, D], f8_layout)
@@ -389,19 +433,10 @@ def _alloc_rings(BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, NC: gl.con
     v16 = gl.allocate_shared_memory(gl.float16, [NC, BN, D], f16_layout)
     kbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     vbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    kready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    vready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    kempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-    vempty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NS):
         mbarrier.init(kbar.index(i), count=1)
         mbarrier.init(vbar.index(i), count=1)
-    for i in gl.static_range(NC):
-        mbarrier.init(kready.index(i), count=1)
-        mbarrier.init(vready.index(i), count=1)
-        mbarrier.init(kempty.index(i), count=1)
-        mbarrier.init(vempty.index(i), count=1)
-    return k8, v8, k16, v16, (kbar, vbar, kready, vready, kempty, vempty)
+    return k8, v8, k16, v16, (kbar, vbar)
 
 
 @gluon.jit
@@ -462,7 +497,7 @@ def _prefill_ws_kernel(
     ks_head = k_scale_ptr + g.to(gl.int64) * stride_ks_h
     vs_head = v_scale_ptr + g.to(gl.int64) * stride_vs_h
     gl.warp_specialize([
-        (_consumer, (q_s, k16, v16, bars, out_ptr, plan_row, n_steps, qk_scale, tops_s, kv_lo, seq_len,
+        (_consumer, (q_s, k16, v16, out_ptr, plan_row, n_steps, qk_scale, tops_s, kv_lo, seq_len,
                      n_tok, q_start + i0, g * GQA, stride_o_t, stride_o_h, BM, BLOCK_N, HEAD_DIM, STAGES, GQA, PLAN,
                      PAGE, NUM_WARPS)),
         (_converter, (kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks_head, vs_head, stride_ks_t, stride_vs_t,
@@ -577,4 +612,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = 'eab0e00aa2ac158423e1a15df71e4d56c7e1d3b1af8dfbb21a2a743289822d25'
+INPUTS_SHA256 = 'a78441800572999a9ee02b28517ec3555f8dc8ff8a1d48e223707bfaff2d1c0e'
