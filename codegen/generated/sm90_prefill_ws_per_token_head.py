@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: a78441800572999a9ee02b28517ec3555f8dc8ff8a1d48e223707bfaff2d1c0e
+# inputs-sha256: 9fc696f2cc2bfcff52690e3e9e444e7d5a01a8ce85dfac237035f6fa17145a4b
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -264,11 +264,18 @@ def _convert(src, dst, n_vis, scale_row, stride_sc_t, inv_top, BN: gl.constexpr,
 
 
 @gluon.jit
-def _slice_top(scale_row, stride_sc_t, n_vis, BN: gl.constexpr, layout: gl.constexpr):
-    """The largest |scale| of a page's visible slots (1 when all are 0)."""
+def _page_scales(scale_head, stride_sc_t, page, n_vis, live, BN: gl.constexpr, PAGE: gl.constexpr,
+                 layout: gl.constexpr):
+    """A page's per-token scales, its visible slots (0 past them, and when not `live`)."""
     offs = gl.arange(0, BN, layout=layout)
-    sc = gl.load(scale_row + offs * stride_sc_t, mask=offs < n_vis, other=0.0)
-    top = gl.max(gl.abs(sc), 0)
+    row = scale_head + page.to(gl.int64) * PAGE * stride_sc_t
+    return gl.load(row + offs * stride_sc_t, mask=(offs < n_vis) & live, other=0.0)
+
+
+@gluon.jit
+def _top(scales):
+    """The largest |scale| (1 when all are 0)."""
+    top = gl.max(gl.abs(scales), 0)
     return gl.where(top > 0.0, top, 1.0)
 
 
@@ -290,13 +297,20 @@ def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks
     for i in gl.static_range(NS):
         page, blk, whole, tokens, n_vis = _step_words(plan_row, i, n_steps, PLAN, PAGE)
         _issue(kv_desc, k8, v8, kbar, vbar, g, page, i, n_steps, BN, D, NS)
+    # A step's scales are loaded a step ahead: their maxima then wait on no global load.
+    page, blk, whole, tokens, n_vis = _step_words(plan_row, 0, n_steps, PLAN, PAGE)
+    ks_next = _page_scales(ks_head, stride_ks_t, page, n_vis, n_steps > 0, BN, PAGE, top_layout)
+    vs_next = _page_scales(vs_head, stride_vs_t, page, n_vis, n_steps > 0, BN, PAGE, top_layout)
     for j in range(n_steps):
         page, blk, whole, tokens, n_vis = _step_words(plan_row, j, n_steps, PLAN, PAGE)
         page_n, blk_n, whole_n, tokens_n, n_vis_n = _step_words(plan_row, j + NS, n_steps, PLAN, PAGE)
-        ks_row = ks_head + page.to(gl.int64) * PAGE * stride_ks_t
+        k_top = _top(ks_next)
+        v_top = _top(vs_next)
+        page_1, blk_1, whole_1, tokens_1, n_vis_1 = _step_words(plan_row, j + 1, n_steps, PLAN, PAGE)
+        ks_next = _page_scales(ks_head, stride_ks_t, page_1, n_vis_1, j + 1 < n_steps, BN, PAGE, top_layout)
+        vs_next = _page_scales(vs_head, stride_vs_t, page_1, n_vis_1, j + 1 < n_steps, BN, PAGE, top_layout)
+        ks_row = ks_head + page.to(gl.int64) * PAGE * stride_ks_t  # the per-row loads below hit what was loaded
         vs_row = vs_head + page.to(gl.int64) * PAGE * stride_vs_t
-        k_top = _slice_top(ks_row, stride_ks_t, n_vis, BN, top_layout)
-        v_top = _slice_top(vs_row, stride_vs_t, n_vis, BN, top_layout)
         s = j % NS
         c = j % NC
         ph = (j // NS) & 1
@@ -612,4 +626,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = 'a78441800572999a9ee02b28517ec3555f8dc8ff8a1d48e223707bfaff2d1c0e'
+INPUTS_SHA256 = '9fc696f2cc2bfcff52690e3e9e444e7d5a01a8ce85dfac237035f6fa17145a4b'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: 91e3ef50eac1cd3953c4ccb453ab58f0e956b4990ed32ae342c216e31f0702a0
+# inputs-sha256: a7d643099ddc860932009ee08e5a084bb02a69a904d03eb8ad74da31f19ea22a
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -578,4 +578,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '91e3ef50eac1cd3953c4ccb453ab58f0e956b4990ed32ae342c216e31f0702a0'
+INPUTS_SHA256 = 'a7d643099ddc860932009ee08e5a084bb02a69a904d03eb8ad74da31f19ea22a'
