@@ -6,8 +6,8 @@
 Rows pair up by case label; each side keeps its own run's ceilings (`hbm_fraction` is the floor's
 share of the time, `bf16_fraction` the share of the measured bf16 matmul peak). A decode row reports
 % of the HBM floor, a prefill row % of the bf16 peak. Plots (matplotlib, optional): decode, per-call
-time and % of the HBM floor against the batch size; prefill, % of the bf16 peak per case, before
-and after side by side; one panel per (layout, mode).
+time and % of the HBM floor against the batch size; prefill, useful TFLOP/s per case, before and
+after side by side (one yardstick), one panel per (layout, mode) that has cases.
 """
 from __future__ import annotations
 
@@ -85,28 +85,31 @@ def plots(before: dict, after: dict, out: pathlib.Path) -> list[pathlib.Path]:
 
 
 def prefill_plot(before: dict, after: dict, out: pathlib.Path) -> list[pathlib.Path]:
-    """% of the bf16 peak per prefill case, before and after, one panel per (layout, mode)."""
+    """Useful TFLOP/s per prefill case, before and after (one yardstick: each run's own bf16 peak is in its
+    table), one panel per (layout, mode) that has cases."""
     plt = _pyplot()
-    layouts = sorted({r["spec"]["layout"] for r in after.values()})
-    modes = sorted({r["spec"]["mode"] for r in after.values()})
-    fig, axes = plt.subplots(len(layouts), len(modes), squeeze=False, figsize=(14, 3.2 * len(layouts)))
-    for i, layout in enumerate(layouts):
-        for j, mode in enumerate(modes):
-            ax = axes[i][j]
-            rows = sorted((r for r in after.values() if r["spec"]["layout"] == layout and r["spec"]["mode"] == mode),
-                          key=lambda r: (r["spec"]["pattern"], r["spec"]["context"], r["spec"]["tokens"]))
-            labels = [r["case"].split(f"{mode} ", 1)[-1] for r in rows]
-            ys = range(len(rows))
-            ax.barh([y + 0.2 for y in ys], [share(before[r["case"]]) if r["case"] in before else 0 for r in rows],
-                    height=0.4, color="0.7", label="before")
-            ax.barh([y - 0.2 for y in ys], [share(r) for r in rows], height=0.4, color="tab:blue", label="after")
-            ax.set_yticks(list(ys), labels, fontsize=6)
-            ax.invert_yaxis()
-            ax.set_title(f"{layout} {mode}", fontsize=9)
-            ax.set_xlabel("% of the bf16 peak", fontsize=7)
+    panels = sorted({(r["spec"]["layout"], r["spec"]["mode"]) for r in after.values()})
+    cols = min(3, len(panels))
+    rows_of_panels = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows_of_panels, cols, squeeze=False, figsize=(4.7 * cols, 3.2 * rows_of_panels))
+    tflops = lambda r: r["flops"] / r["time_us"] / 1e6  # noqa: E731
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (layout, mode) in zip(axes.flat, panels):
+        rows = sorted((r for r in after.values() if r["spec"]["layout"] == layout and r["spec"]["mode"] == mode),
+                      key=lambda r: (r["spec"]["pattern"], r["spec"]["context"], r["spec"]["tokens"]))
+        labels = [r["case"].split(f"{mode} ", 1)[-1] for r in rows]
+        ys = range(len(rows))
+        ax.barh([y + 0.2 for y in ys], [tflops(before[r["case"]]) if r["case"] in before else 0 for r in rows],
+                height=0.4, color="0.7", label="before")
+        ax.barh([y - 0.2 for y in ys], [tflops(r) for r in rows], height=0.4, color="tab:blue", label="after")
+        ax.set_yticks(list(ys), labels, fontsize=6)
+        ax.invert_yaxis()
+        ax.set_title(f"{layout} {mode}", fontsize=9)
+        ax.set_xlabel("useful TFLOP/s", fontsize=7)
     axes[0][0].legend(fontsize=6)
     fig.tight_layout()
-    path = out / "prefill_bf16_share.png"
+    path = out / "prefill_tflops.png"
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return [path]

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: a7d643099ddc860932009ee08e5a084bb02a69a904d03eb8ad74da31f19ea22a
+# inputs-sha256: 5e7c67917516bbb045c495fa76e5743593d121106aca4c69240691a0903452a8
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -19,13 +19,14 @@ Two launches:
       converter (4 warps): TMA of the fp8 K and V pages into a 2-stage ring, fp8 -> fp16 into a
       2-stage fp16 ring, CONVERT_ROWS rows at a time, V rows past the visible slots zeroed (a page's
       tail may hold NaN, and p = 0 there would still give 0 * NaN); then it signals the consumer;
-      consumer (8 warps, two warpgroups of 64 rows): QK, one wgmma wait that retires QK(j) and PV(j-1),
-      masks only on partial steps, base-2 online softmax on raw scores, PV(j) left in flight.
+      consumer (8 warps, two warpgroups of 64 rows in ping-pong): in its turn a warpgroup issues PV(j-1)
+      and QK(j) and hands the turn over; one wgmma wait retires both; masks only on partial steps,
+      base-2 online softmax on raw scores, run under the other warpgroup's MMAs.
     Triton-language kernels wait for every PV MMA once V passes through registers (an fp8 V always
     does): results/h200/prefill-tile-ladder. Here the MMA warps never convert.
-Every mbarrier has count 1 (Gluon's arrive is one thread's, after a partition-wide barrier); a ready
-barrier is waited at parity (j // 2) & 1, an empty one at its complement (a fresh barrier passes
-parity 1 at once). Programs are launched last tile first (a request's last tiles see the most pages).
+The TMA ring's two mbarriers (count 1, expect-tx) are the converter's; the fp16 ring and the turns use
+named barriers (below: results/h200/prefill-ws-pingpong). Programs are launched last tile first (a
+request's last tiles see the most pages).
 Needs: fp8 e4m3fn K/V through a 4-D TMA descriptor, head_dim 128, GQA 8 or 16 (codegen.api checks).
 Both launches, the partitions and their helpers live in one module, so it passes 400 lines.
 """
@@ -578,4 +579,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = 'a7d643099ddc860932009ee08e5a084bb02a69a904d03eb8ad74da31f19ea22a'
+INPUTS_SHA256 = '5e7c67917516bbb045c495fa76e5743593d121106aca4c69240691a0903452a8'
