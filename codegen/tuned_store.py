@@ -231,15 +231,25 @@ def locked(path: pathlib.Path):
         os.close(fd)
 
 
-def update_table(path: pathlib.Path, arch: str, device: str, key: str, provenance: dict, buckets: dict) -> dict:
+def update_table(path: pathlib.Path, arch: str, device: str, key: str, provenance: dict, buckets: dict,
+                 unchanged_paths=None) -> dict:
     """Merges `buckets` ({tokens: entry}, merge_bucket's rules) into table `key` of the file at
-    `path` (created if absent), under a lock."""
+    `path` (created if absent), under a lock. A table from another source starts afresh, except for
+    the launch paths `unchanged_paths(old provenance, new provenance)` names (kernels whose inputs did
+    not change): their entries stay, each marked with the inputs it was measured under."""
     with locked(path):
         doc = read_document(path) if pathlib.Path(path).exists() else new_document(arch, device)
         table = doc["tables"].get(key)
         same_source = table is not None and all(table["provenance"].get(k) == provenance.get(k) for k in _SOURCE_KEYS)
         if not same_source:  # measured with other kernels, Triton or GPU: its buckets are not comparable
-            table = doc["tables"][key] = {"provenance": provenance, "buckets": {}}
+            old, table = table, {"provenance": provenance, "buckets": {}}
+            doc["tables"][key] = table
+            for launch_path in (unchanged_paths(old["provenance"], provenance) if old and unchanged_paths else ()):
+                for tokens, entry in path_entries(old, launch_path).items():
+                    entry = dict(entry, measured_inputs_sha256=entry.get("measured_inputs_sha256",
+                                                                         old["provenance"]["inputs_sha256"]))
+                    table["buckets"][str(tokens)] = merge_bucket(table["buckets"].get(str(tokens)),
+                                                                 path_entry(launch_path, entry))
         table["provenance"] = provenance
         for tokens, entry in buckets.items():
             table["buckets"][tokens] = merge_bucket(table["buckets"].get(tokens), entry)

@@ -9,8 +9,27 @@ import pathlib
 
 from .. import tuned_store
 from ..configs import LaunchConfig
-from ..loader import buckets_by_distance, current_inputs_sha256
+from ..loader import buckets_by_distance, current_inputs_sha256, prefill_parts
 from .space import default_for
+
+
+def per_token_survives(arch: str, kernel: str, scale_mode: str):
+    """update_table's `unchanged_paths` for a table of this kernel: a prefill table keeps its per-token
+    entries when the inputs of its Triton-language module (the only one the per-token walk launches) are
+    those it was measured with and only the other modules' moved, on the same GPU and Triton; a decode
+    table keeps nothing."""
+    if kernel != "prefill":
+        return None
+    index = prefill_parts(arch, scale_mode).index("prefill")
+
+    def unchanged(old: dict, new: dict) -> tuple[str, ...]:
+        if not old["measured"] or any(old.get(k) != new.get(k) for k in ("measured", "gpu_name", "triton")):
+            return ()
+        old_parts, new_parts = old["inputs_sha256"].split("+"), new["inputs_sha256"].split("+")
+        same = len(old_parts) == len(new_parts) and old_parts[index] == new_parts[index]
+        return (tuned_store.PER_TOKEN,) if same else ()
+
+    return unchanged
 
 
 def provenance(*, measured: bool, gpu_name: str, arch: str, inputs: str, versions: dict, argv, **extra) -> dict:
@@ -47,7 +66,8 @@ class Publisher:
         if bucket.per_token:  # its selections and prefix differ from the table's workload: recorded with it
             entry["workload"] = dict(pattern=bucket.pattern, prefill_prefix=bucket.context)
         tuned_store.update_table(self.out_path, self.arch, self.device_name, bucket.table_key, prov,
-                                 {str(bucket.tokens): tuned_store.path_entry(bucket.path, entry)})
+                                 {str(bucket.tokens): tuned_store.path_entry(bucket.path, entry)},
+                                 unchanged_paths=per_token_survives(self.arch, bucket.kernel, bucket.scale_mode))
         log(f"msa-tune: wrote {bucket.label} to {self.out_path}")
         return dict(arch=self.arch, device_name=self.device_name, table_key=bucket.table_key, tokens=bucket.tokens,
                     path=bucket.path, entry=entry, provenance=prov)

@@ -266,3 +266,37 @@ def test_per_token_sub_entries_are_checked_and_merged_path_by_path(tmp_path):
     newer = dict(table["1024"]["per_token"])
     tuned_store.update_table(path, "sm90", "NVIDIA H200", key, prov, {"512": {"per_token": newer}})
     assert tuned_store.read_document(path)["tables"][key]["buckets"]["512"] == dict(tiled, per_token=newer)
+
+
+@pytest.mark.parametrize("moved, kept", [("prefill_ws", True), ("prefill", False), ("triton", False)])
+def test_a_new_source_keeps_the_per_token_entries_its_kernel_did_not_change(tmp_path, moved, kept):
+    """A tiled re-tune after only the Gluon module changed (`moved` prefill_ws) starts the table afresh
+    but keeps its per-token entries, marked with the inputs they were measured under: the per-token walk
+    runs the Triton-language module alone. A change of that module, or of Triton, keeps nothing."""
+    from codegen.tuning.publish import per_token_survives
+
+    path, key = tmp_path / "sm90__NVIDIA_H200.json", "prefill/scalar/fp8/16x1"
+    old_doc = _prefill_doc({512: 1, 1024: 2}, {512: 64, 1024: 128})
+    old_prov = old_doc["tables"][key]["provenance"]
+    tuned_store.write_document(path, old_doc)
+    parts = dict(zip(loader.prefill_parts("sm90", "scalar"), old_prov["inputs_sha256"].split("+")))
+    assert list(parts) == ["prefill", "prefill_ws"]
+    if moved in parts:
+        parts[moved] = "0" * 16
+    new_prov = dict(old_prov, inputs_sha256="+".join(parts.values()), date="2026-12-02",
+                    triton="9.9.9" if moved == "triton" else old_prov["triton"])
+    tiled = dict(old_doc["tables"][key]["buckets"]["512"])
+    del tiled["per_token"]
+    tuned_store.update_table(path, "sm90", "NVIDIA H200", key, new_prov, {"512": tiled},
+                             unchanged_paths=per_token_survives("sm90", "prefill", "scalar"))
+    table = tuned_store.read_document(path)["tables"][key]
+    assert table["provenance"] == new_prov
+    old_buckets = old_doc["tables"][key]["buckets"]
+    if kept:
+        assert table["buckets"]["512"] == dict(tiled, per_token=dict(
+            old_buckets["512"]["per_token"], measured_inputs_sha256=old_prov["inputs_sha256"]))
+        assert table["buckets"]["1024"] == {"per_token": dict(
+            old_buckets["1024"]["per_token"], measured_inputs_sha256=old_prov["inputs_sha256"])}
+    else:
+        assert table["buckets"] == {"512": tiled}
+    assert per_token_survives("sm90", "decode", "scalar") is None
