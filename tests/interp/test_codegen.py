@@ -54,9 +54,9 @@ def test_each_module_holds_only_its_scale_mode():
             # Gluon (gl.): the converter partition applies per-token scales; a scalar module has none of it
             if r.variant.scale_mode == "scalar":
                 assert "qk_scale = sm_scale * 1.4426950408889634 * gl.load(k_scale_ptr)" in text
-                assert "_slice_top" not in text and "stride_ks" not in text and "tops_s" not in text
+                assert "_page_scales" not in text and "stride_ks" not in text and "tops_s" not in text
             if r.variant.scale_mode == "per_token_head":
-                assert "gl.load(k_scale_ptr)" not in text and "k_top = _slice_top(ks_row" in text
+                assert "gl.load(k_scale_ptr)" not in text and "k_top = _top(ks_next)" in text
         elif r.variant.scale_mode == "scalar" and r.variant.kernel != "decode_merge" and r.variant.fold_scales:
             assert "k_sc = " not in text and "qk_scale = sm_scale * 1.4426950408889634 * tl.load(k_scale_ptr)" in text
         elif r.variant.scale_mode == "per_token_head" and r.variant.kernel != "decode_merge":
