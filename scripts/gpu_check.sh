@@ -5,10 +5,14 @@
 # PYTHONPATH (no build step), and the tuner's wheels come from .whl/ (README: "Checking on a GPU").
 #
 #   bash scripts/gpu_check.sh [--log PATH] [--only PARTS] [-n WORKERS] [--dry-run]
+#   bash scripts/gpu_check.sh --fingerprint   # prints the sources' fingerprint a log's header names
 #
 # PARTS: a comma list of tests, tune, bench, host_cost (default: all). --dry-run prints what each
-# part would run, runs nothing. GPU_CHECK_CMD_<PART> (e.g. GPU_CHECK_CMD_TESTS) replaces a part's
-# command: how tests/interp/test_gpu_check.py exercises the script without a GPU.
+# part would run, runs nothing. The header names the git commit and a fingerprint of the sources that
+# run (the code, templates, tables, tests and scripts): a machine that gets a copy of the files without
+# their git history reports a stale commit, never a stale fingerprint. GPU_CHECK_CMD_<PART> (e.g.
+# GPU_CHECK_CMD_TESTS) replaces a part's command: how tests/interp/test_gpu_check.py exercises the
+# script without a GPU.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
@@ -17,13 +21,19 @@ LOG=gpu_check.log
 ONLY=tests,tune,bench,host_cost
 WORKERS=""
 DRY=0
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+fingerprint() {  # sha256 over each source file's path and content, sorted by path (C locale): 16 hex
+  (cd "$ROOT" && find codegen templates tuned_configs tests scripts benchmarks tune.py -type f \
+     -not -path '*/__pycache__/*' -not -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum \
+     | sha256sum | cut -c1-16)
+}
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --log) [ $# -ge 2 ] || { echo "gpu_check: --log needs a path" >&2; exit 2; }; LOG=$2; shift 2 ;;
     --only) [ $# -ge 2 ] || { echo "gpu_check: --only needs a comma list of parts" >&2; exit 2; }; ONLY=$2; shift 2 ;;
     -n) [ $# -ge 2 ] || { echo "gpu_check: -n needs a number of workers" >&2; exit 2; }; WORKERS=$2; shift 2 ;;
     --dry-run) DRY=1; shift ;;
+    --fingerprint) fingerprint; exit 0 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -124,7 +134,8 @@ run_part() {
 }
 
 main() {
-  echo "gpu_check: $(date -u +%FT%TZ) in $ROOT at $(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null || echo '?')," \
+  echo "gpu_check: $(date -u +%FT%TZ) in $ROOT at $(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null || echo '?')" \
+       "(sources $(fingerprint))," \
        "$(nproc 2> /dev/null || echo '?') cores, parts: $ONLY, log: $LOG"
   command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   [ "$DRY" = 1 ] || setup

@@ -52,3 +52,23 @@ def test_passing_parts_pass(tmp_path):
 def test_bad_arguments_are_refused_clearly(tmp_path, args, message):
     proc = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_the_header_names_the_sources_fingerprint(tmp_path):
+    """The log's first line carries the fingerprint `--fingerprint` prints: the sha256 of each source
+    file's path and content in path order, so a log from a copy of the tree without its git history
+    still names what ran. A changed source changes it."""
+    import hashlib
+
+    root = SCRIPT.parents[1]
+    printed = subprocess.run(["bash", str(SCRIPT), "--fingerprint"], capture_output=True, text=True, timeout=120)
+    assert printed.returncode == 0 and len(printed.stdout.strip()) == 16
+    files = sorted((p.relative_to(root).as_posix() for top in ("codegen", "templates", "tuned_configs", "tests",
+                                                                "scripts", "benchmarks", "tune.py")
+                    for p in ([root / top] if (root / top).is_file() else (root / top).rglob("*"))
+                    if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"),
+                   key=lambda name: name.encode())
+    lines = "".join(f"{hashlib.sha256((root / f).read_bytes()).hexdigest()}  {f}\n" for f in files)
+    assert printed.stdout.strip() == hashlib.sha256(lines.encode()).hexdigest()[:16]
+    proc, log = _run(tmp_path, "--dry-run")
+    assert f"(sources {printed.stdout.strip()})" in log.read_text().splitlines()[0]
