@@ -14,7 +14,7 @@ import sys
 
 from codegen import gpu_suite, static
 from codegen.shapes import DEFAULT_MODES, HEAD_LAYOUTS
-from codegen.tuned_store import REPO_CONFIG_DIR, parse_table_key, read_document
+from codegen.tuned_store import PER_TOKEN, REPO_CONFIG_DIR, parse_table_key, path_entries, read_document
 
 SUITE_MODES = DEFAULT_MODES + (("none", "fp8"),)
 
@@ -37,11 +37,10 @@ def tuned_launches(arch: str, device: str = "NVIDIA_H200") -> list:
     launches = []
     for key, table in doc["tables"].items():
         family, mode, kv_dtype, hq, hkv = parse_table_key(key)
-        for entry in table["buckets"].values():
-            for sub in (entry, entry.get("per_token")):
-                if sub and "config" in sub:  # a bucket may hold one path's entry alone
-                    launches += static.launches_for(arch, family, mode, kv_dtype, hq, hkv, sub["config"],
-                                                    source="tuned")
+        for path in ("tiled", PER_TOKEN):  # path_entries: a bucket may hold one path's entry alone
+            for entry in path_entries(table, path).values():
+                launches += static.launches_for(arch, family, mode, kv_dtype, hq, hkv, entry["config"],
+                                                source="tuned")
     return launches
 
 
