@@ -234,9 +234,10 @@ def locked(path: pathlib.Path):
 def update_table(path: pathlib.Path, arch: str, device: str, key: str, provenance: dict, buckets: dict,
                  unchanged_paths=None) -> dict:
     """Merges `buckets` ({tokens: entry}, merge_bucket's rules) into table `key` of the file at
-    `path` (created if absent), under a lock. A table from another source starts afresh, except for
-    the launch paths `unchanged_paths(old provenance, new provenance)` names (kernels whose inputs did
-    not change): their entries stay, each marked with the inputs it was measured under."""
+    `path` (created if absent), under a lock. A table from another source starts afresh. When only its
+    template inputs differ (a measured table, same GPU and Triton), the launch paths
+    `unchanged_paths(old inputs_sha256, new inputs_sha256)` names keep their entries (their kernels'
+    inputs did not change), each marked with the inputs it was measured under."""
     with locked(path):
         doc = read_document(path) if pathlib.Path(path).exists() else new_document(arch, device)
         table = doc["tables"].get(key)
@@ -244,7 +245,11 @@ def update_table(path: pathlib.Path, arch: str, device: str, key: str, provenanc
         if not same_source:  # measured with other kernels, Triton or GPU: its buckets are not comparable
             old, table = table, {"provenance": provenance, "buckets": {}}
             doc["tables"][key] = table
-            for launch_path in (unchanged_paths(old["provenance"], provenance) if old and unchanged_paths else ()):
+            kept = ()
+            if old is not None and unchanged_paths is not None and old["provenance"]["measured"] and all(
+                    old["provenance"].get(k) == provenance.get(k) for k in _SOURCE_KEYS if k != "inputs_sha256"):
+                kept = unchanged_paths(old["provenance"]["inputs_sha256"], provenance["inputs_sha256"])
+            for launch_path in kept:
                 for tokens, entry in path_entries(old, launch_path).items():
                     entry = dict(entry, measured_inputs_sha256=entry.get("measured_inputs_sha256",
                                                                          old["provenance"]["inputs_sha256"]))

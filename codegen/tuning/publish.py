@@ -16,16 +16,14 @@ from .space import default_for
 def per_token_survives(arch: str, kernel: str, scale_mode: str):
     """update_table's `unchanged_paths` for a table of this kernel: a prefill table keeps its per-token
     entries when the inputs of its Triton-language module (the only one the per-token walk launches) are
-    those it was measured with and only the other modules' moved, on the same GPU and Triton; a decode
-    table keeps nothing."""
+    those it was measured with and only the other modules' moved (update_table checks the GPU and
+    Triton); a decode table keeps nothing."""
     if kernel != "prefill":
         return None
     index = prefill_parts(arch, scale_mode).index("prefill")
 
-    def unchanged(old: dict, new: dict) -> tuple[str, ...]:
-        if not old["measured"] or any(old.get(k) != new.get(k) for k in ("measured", "gpu_name", "triton")):
-            return ()
-        old_parts, new_parts = old["inputs_sha256"].split("+"), new["inputs_sha256"].split("+")
+    def unchanged(old_inputs: str, new_inputs: str) -> tuple[str, ...]:
+        old_parts, new_parts = old_inputs.split("+"), new_inputs.split("+")
         same = len(old_parts) == len(new_parts) and old_parts[index] == new_parts[index]
         return (tuned_store.PER_TOKEN,) if same else ()
 
