@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_per_token_head (arch=gfx942, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 7bdca20fec16d080c4e60662f1e84716811e0f03b3449666739a36d97871b117
+# inputs-sha256: 9b6ed3eb596df5a0a004f55335dab09b6cbfc803a766162751f7fdcfa6a2772f
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -203,6 +203,15 @@ KERNEL = _msa_decode_split_kernel
 
 
 
+def kv_rows_aligned(kv_cache):
+    """Whether Triton's JIT specializes the cache's loads as 16-byte aligned: a unit last stride, and
+    the base address and the other strides (in elements) multiples of 16, its divisibility hints.
+    Plain loads then give a thread 16 neighbouring bytes of one key (fp8); else one, the next of its
+    values belonging to another key (a [pages, Hkv, 128, 2D + 8] buffer's [..., :2D] view, say)."""
+    return (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
+            and all(stride % 16 == 0 for stride in kv_cache.stride()[:3]))
+
+
 def kv_tma_ok(kv_cache, head_dim):
     """Whether the cache can be read through a TMA descriptor: unit stride on the last axis,
     16-byte-aligned base and strides, a row of at least 16 bytes (else plain loads)."""
@@ -299,4 +308,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '7bdca20fec16d080c4e60662f1e84716811e0f03b3449666739a36d97871b117'
+INPUTS_SHA256 = '9b6ed3eb596df5a0a004f55335dab09b6cbfc803a766162751f7fdcfa6a2772f'

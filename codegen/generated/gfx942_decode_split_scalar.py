@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 0d1873ee3d6d5ea5d84de53d42abb8b3141ff6a152d6d514986d3c841f759e33
+# inputs-sha256: e0dbf88a8e7000ba08bec69dc7ab3d0b30b21ebf1f5c02ed81ac86beac5bc69a
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -188,6 +188,15 @@ KERNEL = _msa_decode_split_kernel
 
 
 
+def kv_rows_aligned(kv_cache):
+    """Whether Triton's JIT specializes the cache's loads as 16-byte aligned: a unit last stride, and
+    the base address and the other strides (in elements) multiples of 16, its divisibility hints.
+    Plain loads then give a thread 16 neighbouring bytes of one key (fp8); else one, the next of its
+    values belonging to another key (a [pages, Hkv, 128, 2D + 8] buffer's [..., :2D] view, say)."""
+    return (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
+            and all(stride % 16 == 0 for stride in kv_cache.stride()[:3]))
+
+
 def kv_tma_ok(kv_cache, head_dim):
     """Whether the cache can be read through a TMA descriptor: unit stride on the last axis,
     16-byte-aligned base and strides, a row of at least 16 bytes (else plain loads)."""
@@ -287,4 +296,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '0d1873ee3d6d5ea5d84de53d42abb8b3141ff6a152d6d514986d3c841f759e33'
+INPUTS_SHA256 = 'e0dbf88a8e7000ba08bec69dc7ab3d0b30b21ebf1f5c02ed81ac86beac5bc69a'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: bf80abc84105f09033f6e9091fa0349035afb2c19f3a231380a3b5aa92e55151
+# inputs-sha256: cfd23e49047c22741202d6aefb83b8c00539df52fc8cf03f2618d82b4caf02e8
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -219,6 +219,15 @@ def _e4m3_to_fp16(x):
 
 
 
+def kv_rows_aligned(kv_cache):
+    """Whether Triton's JIT specializes the cache's loads as 16-byte aligned: a unit last stride, and
+    the base address and the other strides (in elements) multiples of 16, its divisibility hints.
+    Plain loads then give a thread 16 neighbouring bytes of one key (fp8); else one, the next of its
+    values belonging to another key (a [pages, Hkv, 128, 2D + 8] buffer's [..., :2D] view, say)."""
+    return (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
+            and all(stride % 16 == 0 for stride in kv_cache.stride()[:3]))
+
+
 def kv_tma_ok(kv_cache, head_dim):
     """Whether the cache can be read through a TMA descriptor: unit stride on the last axis,
     16-byte-aligned base and strides, a row of at least 16 bytes (else plain loads)."""
@@ -260,7 +269,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 NUM_SPLITS=config.num_splits, SPLITS_P2=triton.next_power_of_2(config.num_splits),
                 MERGE_CHUNK=min(4, triton.next_power_of_2(config.num_splits)),
                 FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1),
-                KV_UPCAST=2 if config.kv_upcast == 3 else config.kv_upcast, V_CVT_ASM=config.kv_upcast == 3,
+                KV_UPCAST=2 if config.kv_upcast == 3 else config.kv_upcast,
+                V_CVT_ASM=config.kv_upcast == 3,
                 VARLEN=varlen, USE_PDL=use_pdl, KV_TMA=kv_tma)
 
 
@@ -314,4 +324,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'bf80abc84105f09033f6e9091fa0349035afb2c19f3a231380a3b5aa92e55151'
+INPUTS_SHA256 = 'cfd23e49047c22741202d6aefb83b8c00539df52fc8cf03f2618d82b4caf02e8'

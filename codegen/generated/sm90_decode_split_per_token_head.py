@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: ee31adbb548c0aabba7e299bf12cde95704bec1f31183ff1cbfdb293589ad79d
+# inputs-sha256: 5d08225191aab884af3e67497964e9f618d0cef10920096d98329f1b2321bd3d
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -238,6 +238,15 @@ def _e4m3_to_fp16(x):
 
 
 
+def kv_rows_aligned(kv_cache):
+    """Whether Triton's JIT specializes the cache's loads as 16-byte aligned: a unit last stride, and
+    the base address and the other strides (in elements) multiples of 16, its divisibility hints.
+    Plain loads then give a thread 16 neighbouring bytes of one key (fp8); else one, the next of its
+    values belonging to another key (a [pages, Hkv, 128, 2D + 8] buffer's [..., :2D] view, say)."""
+    return (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
+            and all(stride % 16 == 0 for stride in kv_cache.stride()[:3]))
+
+
 def kv_tma_ok(kv_cache, head_dim):
     """Whether the cache can be read through a TMA descriptor: unit stride on the last axis,
     16-byte-aligned base and strides, a row of at least 16 bytes (else plain loads)."""
@@ -279,7 +288,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 NUM_SPLITS=config.num_splits, SPLITS_P2=triton.next_power_of_2(config.num_splits),
                 MERGE_CHUNK=min(4, triton.next_power_of_2(config.num_splits)),
                 FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1),
-                KV_UPCAST=2 if config.kv_upcast == 3 else config.kv_upcast, V_CVT_ASM=config.kv_upcast == 3,
+                KV_UPCAST=2 if config.kv_upcast == 3 else config.kv_upcast,
+                V_CVT_ASM=config.kv_upcast == 3,
                 VARLEN=varlen, USE_PDL=use_pdl, KV_TMA=kv_tma)
 
 
@@ -335,4 +345,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'ee31adbb548c0aabba7e299bf12cde95704bec1f31183ff1cbfdb293589ad79d'
+INPUTS_SHA256 = '5d08225191aab884af3e67497964e9f618d0cef10920096d98329f1b2321bd3d'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 4a8727618291640045185530757a0f23bae7f0df914dcf524905785cb65dcd40
+# inputs-sha256: c5be1330075c4b9ccdd5fecc8c48fcb881294e5854776df38692426297ed5cc6
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -323,6 +323,15 @@ def _e4m3_to_fp16_scaled(x, keep, scale):
 
 
 
+def kv_rows_aligned(kv_cache):
+    """Whether Triton's JIT specializes the cache's loads as 16-byte aligned: a unit last stride, and
+    the base address and the other strides (in elements) multiples of 16, its divisibility hints.
+    Plain loads then give a thread 16 neighbouring bytes of one key (fp8); else one, the next of its
+    values belonging to another key (a [pages, Hkv, 128, 2D + 8] buffer's [..., :2D] view, say)."""
+    return (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
+            and all(stride % 16 == 0 for stride in kv_cache.stride()[:3]))
+
+
 def kv_tma_ok(kv_cache, head_dim):
     """Whether the cache can be read through a TMA descriptor: unit stride on the last axis,
     16-byte-aligned base and strides, a row of at least 16 bytes (else plain loads)."""
@@ -345,13 +354,16 @@ def kv_descriptor(kv_cache, head_dim, block_n):
     return TensorDescriptor(kv_cache, list(kv_cache.shape), list(kv_cache.stride()), [1, 1, block_n, head_dim])
 
 
-def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=False, **_):
-    """The kernel's compile-time parameters for a shape and config (shared with the static checks)."""
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=False, kv_rows_aligned=True, **_):
+    """The kernel's compile-time parameters for a shape and config (shared with the static checks).
+    kv_rows_aligned: the cache's (the function of that name); the V conversions of kv_upcast 3 take
+    an operand per key and need its load layout."""
     gqa = num_q_heads // num_kv_heads
     gqa_pad = triton.next_power_of_2(gqa)
     return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
-                KV_UPCAST=2 if config.kv_upcast == 3 else config.kv_upcast, V_CVT_ASM=config.kv_upcast == 3,
+                KV_UPCAST=2 if config.kv_upcast == 3 else config.kv_upcast,
+                V_CVT_ASM=config.kv_upcast == 3 and kv_rows_aligned,
                 KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
 
 
@@ -371,7 +383,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
     kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
     consts = constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
-                        config=config, kv_tma=kv_tma)
+                        config=config, kv_tma=kv_tma, kv_rows_aligned=kv_rows_aligned(kv_cache))
     # The tile plans' scratch, [programs, 2, PLAN] (the per-token walk has none: the output stands in, never read).
     plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * consts["PLAN"], dtype=torch.int64, device=q.device)
             if config.block_t > 1 else output)
@@ -389,4 +401,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '4a8727618291640045185530757a0f23bae7f0df914dcf524905785cb65dcd40'
+INPUTS_SHA256 = 'c5be1330075c4b9ccdd5fecc8c48fcb881294e5854776df38692426297ed5cc6'

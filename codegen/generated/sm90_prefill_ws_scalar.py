@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: 5e7c67917516bbb045c495fa76e5743593d121106aca4c69240691a0903452a8
+# inputs-sha256: b35abdc09297589719a32671ef03471feecf4e730fe970a0c6a20a446751bfc2
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -501,6 +501,15 @@ def unsupported(*, q, kv_cache, num_kv_heads, output, config):
     return None
 
 
+def kv_rows_aligned(kv_cache):
+    """Whether Triton's JIT specializes the cache's loads as 16-byte aligned: a unit last stride, and
+    the base address and the other strides (in elements) multiples of 16, its divisibility hints.
+    Plain loads then give a thread 16 neighbouring bytes of one key (fp8); else one, the next of its
+    values belonging to another key (a [pages, Hkv, 128, 2D + 8] buffer's [..., :2D] view, say)."""
+    return (kv_cache.stride(3) == 1 and kv_cache.data_ptr() % 16 == 0
+            and all(stride % 16 == 0 for stride in kv_cache.stride()[:3]))
+
+
 def kv_tma_ok(kv_cache, head_dim):
     """Whether the cache can be read through a TMA descriptor: unit stride on the last axis,
     16-byte-aligned base and strides, a row of at least 16 bytes (else plain loads)."""
@@ -579,4 +588,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '5e7c67917516bbb045c495fa76e5743593d121106aca4c69240691a0903452a8'
+INPUTS_SHA256 = 'b35abdc09297589719a32671ef03471feecf4e730fe970a0c6a20a446751bfc2'

@@ -59,7 +59,16 @@ def _typical_int_args(launch: StaticLaunch) -> dict[str, int]:
         "stride_tk_h": topk, "stride_tk_t": hkv * topk, "stride_tk_k": 1,
         "stride_bt_r": 1024, "stride_bt_b": 1,
         "stride_ks_h": 1, "stride_ks_t": hkv, "stride_vs_h": 1, "stride_vs_t": hkv,
+        **({} if launch.kv_rows_aligned else _unaligned_kv_strides(launch)),
     }
+
+
+def _unaligned_kv_strides(launch: StaticLaunch) -> dict[str, int]:
+    """The cache strides of a [pages, Hkv, 128, 2D + 8] buffer's [..., :2D] view (fp8: a token row of
+    2D + 8 bytes, which Triton cannot see 16-byte aligned; StaticLaunch.kv_rows_aligned False)."""
+    row = 2 * launch.head_dim + 8
+    return {"stride_kv_b": launch.num_kv_heads * PAGE_SIZE * row, "stride_kv_h": PAGE_SIZE * row,
+            "stride_kv_t": row}
 
 
 def _pointer_dtype(launch: StaticLaunch, arg: str) -> torch.dtype:
@@ -206,7 +215,9 @@ def compile_inputs(launch: StaticLaunch, options: Mapping[str, Any] | None = Non
                                           head_dim=launch.head_dim, topk=launch.topk, config=launch.config,
                                           varlen=launch.varlen, use_pdl=launch.use_pdl,
                                           # a contiguous cache's path, unless the config asks for plain loads
-                                          kv_tma=get_arch(launch.arch).kv_tma and launch.config.kv_tma == 1)
+                                          kv_tma=(get_arch(launch.arch).kv_tma and launch.config.kv_tma == 1
+                                                  and launch.kv_rows_aligned),
+                                          kv_rows_aligned=launch.kv_rows_aligned)
     compile_options = dict(module.options(launch.config))
     if launch.kernel.startswith("decode") and launch.use_pdl:
         compile_options["launch_pdl"] = True  # codegen.api launches both decode kernels with launch_pdl

@@ -116,13 +116,17 @@ class StaticLaunch:
     source: str = "custom"  # where the config comes from ("default", "tuned:<file>", ...): shown in reports
     # False: the unfolded scalar-scale baseline module (<variant>_unfolded; scale mode "scalar" only).
     fold_scales: bool = True
+    # False: a cache whose rows Triton cannot see 16-byte aligned (the [pages, Hkv, 128, 2D + 8]
+    # buffer's [..., :2D] view): plain loads, and the launch's own constexprs for it (kv_rows_aligned).
+    kv_rows_aligned: bool = True
     # Other KV dtypes / head layouts whose launches compile identically and were merged into this one.
     also_kv_dtypes: tuple[str, ...] = ()
     also_heads: tuple[str, ...] = ()
 
     def __post_init__(self):
-        if not isinstance(self.fold_scales, bool):
-            raise TypeError(f"fold_scales: expected a bool, got {type(self.fold_scales).__name__}")
+        for name in ("fold_scales", "kv_rows_aligned"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
         Variant(self.arch, self.kernel, self.scale_mode, self.fold_scales)  # validates the names
         if self.kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype: expected one of {KV_DTYPES}, got {self.kv_dtype!r}")

@@ -81,3 +81,38 @@ def test_kv_tma_0_takes_plain_loads_with_the_same_results(path, monkeypatch):
         assert bool(built) == bool(kv_tma), f"kv_tma={kv_tma}: {len(built)} descriptors built"
         assert compare(results[kv_tma], expected, torch.float32).ok
     assert torch.allclose(results[0], results[1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scale_mode", ["scalar", "per_token_head"])
+@pytest.mark.parametrize("view", ["row_padded", "base_off_16"])
+def test_kv_upcast_3_converts_unaligned_rows_by_to(scale_mode, view):
+    """Issue 35: the asm conversions with a per-key operand need a key's fp8 values packed together,
+    which Triton's loads give only on 16-byte-aligned rows (tests/static/test_cvt_layout.py). An fp8
+    cache view Triton cannot see aligned (a [pages, Hkv, 128, 2D + 8] buffer's [..., :2D], or a base
+    off 16 bytes) launches with V_CVT_ASM off; an aligned one with it on. Same results (the
+    interpreter takes `.to()` either way: the GPU tests check the compiled paths)."""
+    case = cases.prefill_case(arch="sm90", q_lens=[9, 6], prefix_lens=[0, 250], seed=3,
+                              **{**SMALL, "kv_dtype": "fp8", "scale_mode": scale_mode})
+    kv = case.args["kv_cache"]
+    pages, hkv, page, width = kv.shape
+    if view == "row_padded":
+        unaligned = torch.empty(pages, hkv, page, width + 8, dtype=kv.dtype)[..., :width]
+    else:
+        unaligned = torch.empty(kv.numel() + 16 + 1, dtype=kv.dtype)[1:1 + kv.numel()].view(kv.shape)
+    unaligned.copy_(kv)
+    module = load_module("sm90", "prefill", scale_mode)
+    assert module.kv_rows_aligned(kv) and not module.kv_rows_aligned(unaligned)
+    config = LaunchConfig(block_n=64, block_t=1, kv_upcast=3)
+    expected = cases.run_reference(case)
+    for cache, asm in ((kv, True), (unaligned, False)):
+        case.args["kv_cache"] = cache
+        recorded = []
+        args = case.args
+        module.launch(args["q"], cache, args["topk_idx"], args["block_table"], args["cu_seqlens_q"],
+                      args["seq_lens"], args["prefix_lens"], args["max_query_len"], args["num_kv_heads"],
+                      args["sm_scale"], args["output"], args.get("k_scale"), args.get("v_scale"), config,
+                      record=recorded)
+        assert recorded[0][3]["V_CVT_ASM"] is asm and recorded[0][3]["KV_UPCAST"] == 2
+        case.poison()
+        out = cases.run_kernel(case, arch="sm90", config=config, selection="per_token")
+        assert compare(out, expected, torch.float16).ok
