@@ -125,9 +125,9 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
                   capturing=False):
     """Validates a prefill call, resolves its configs, records and binds its launches, runs them once."""
     q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens = tensors
-    num_reqs = validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len)
-    arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
-                                             output, k_scale, v_scale, num_reqs)
+    validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len, block_table)
+    arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, num_kv_heads, sm_scale, output,
+                                             k_scale, v_scale)
     _check_fold(fold_scales, scale_mode)
     if selection is None:
         selection = "auto" if config is None else "tiled"
@@ -213,9 +213,9 @@ def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, con
                  capturing=False):
     """Validates a decode call, resolves its config, records and binds its launches, runs them once."""
     q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, seq_lens, query_start_loc, token_to_req = tensors
-    num_reqs = validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req)
-    arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale,
-                                             output, k_scale, v_scale, num_reqs)
+    validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req, block_table)
+    arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, num_kv_heads, sm_scale, output,
+                                             k_scale, v_scale)
     _check_fold(fold_scales, scale_mode)
     stamp = TableStamp(arch, device_name(q.device)) if config is None else None
     config = _resolve_config(config, kernel="decode", arch=arch, scale_mode=scale_mode, q=q, kv_cache=kv_cache,

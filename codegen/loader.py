@@ -30,7 +30,7 @@ import os
 import pathlib
 import warnings
 
-from . import tuned_store
+from . import tuned_store, validate
 from .configs import LaunchConfig, default_config, per_token_twin
 from .modules import load_module
 from .variants import has_variant
@@ -174,7 +174,9 @@ def nearest_bucket(buckets, num_tokens: int) -> int:
 def get_config(kernel: str, arch: str, device_name: str, scale_mode: str, kv_dtype: str,
                num_q_heads: int, num_kv_heads: int, num_tokens: int, topk: int = 16, *,
                per_token: bool = False) -> ConfigChoice:
-    """The launch config for one call shape and how it was chosen (see the module docstring)."""
+    """The launch config for one call shape and how it was chosen (see the module docstring).
+    Arguments the kernels would refuse raise as the kernels' API does (codegen.validate)."""
+    validate.check_lookup(scale_mode, kv_dtype, num_q_heads, num_kv_heads, num_tokens, topk)
     if per_token and kernel != "prefill":
         raise ValueError(f"per_token: only prefill has a per-token path, got kernel={kernel!r}")
     default = default_config(arch, kernel, num_tokens=num_tokens, num_kv_heads=num_kv_heads, topk=topk)

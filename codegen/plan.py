@@ -64,8 +64,9 @@ LAYER_TENSORS = 6  # a call's tensors: its layer's (q, cache, top-k, output, sca
 
 def signatures(tensors, pointers) -> list:
     """What a compiled launch depends on in each tensor besides its data, None kept: shape, strides,
-    dtype, device and whether its address (`pointers`) is 16-byte aligned."""
-    return [None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), p & 15)
+    dtype, device and whether its address (`pointers`) is 16-byte aligned. The device with its type:
+    get_device() is -1 for CPU and meta tensors alike, and a meta tensor must reach validation."""
+    return [None if t is None else (t.shape, t.stride(), t.dtype, t.device, p & 15)
             for t, p in zip(tensors, pointers)]
 
 

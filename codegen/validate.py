@@ -6,6 +6,7 @@ was expected. Values are checked only on request: value_checks.py (MSA_TUNE_CHEC
 """
 from __future__ import annotations
 
+import collections
 import math
 import numbers
 import os
@@ -13,9 +14,12 @@ import os
 import torch
 
 from .shapes import DTYPES, KV_DTYPES
-from .variants import ARCHS, FP8_DTYPES, PAGE_SIZE, get_arch
+from .variants import ARCHS, FP8_DTYPES, PAGE_SIZE, SCALE_MODES, get_arch
 
 Q_DTYPES = tuple(DTYPES.values())  # bf16, fp16, fp32
+# The interpreter's bf16 arithmetic is wrong (decode NaN, prefill off by 8e8; issue 38): it takes these.
+INTERPRETER_Q_DTYPES = (torch.float32, torch.float16)
+SCALES_RULE = "only an fp8 kv_cache takes scales"
 KV_16BIT_DTYPES = tuple(DTYPES[name] for name in KV_DTYPES if name != "fp8")  # bf16, fp16
 
 
@@ -99,6 +103,26 @@ def check_interpreter_versions(triton_version: str | None = None, numpy_version:
                            f"{numpy_version}; install 'numpy<2.4' or triton >= 3.9 (CI's pin)")
 
 
+def check_interpreter(q: torch.Tensor) -> None:
+    """Under TRITON_INTERPRET=1: the interpreter was on when Triton was imported, and q is a dtype
+    it computes correctly. Triton reads the variable when a @triton.jit function is defined, so set
+    after the import, triton.language's own functions stay compiled ones and the first launch
+    fails inside the kernel ("Cannot call @triton.jit'd outside of the scope of a kernel")."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    probe = getattr(tl.standard, "max", None)  # a @triton.jit function of Triton's own
+    if probe is not None and not isinstance(probe, InterpretedFunction):
+        raise RuntimeError("TRITON_INTERPRET: set to 1 after Triton was imported, too late for the interpreter; "
+                           "set TRITON_INTERPRET=1 before importing codegen (or anything that imports triton): "
+                           "first thing in the script, or in the shell")
+    if q.dtype not in INTERPRETER_Q_DTYPES:
+        raise ValueError(f"q: the Triton interpreter (TRITON_INTERPRET=1) computes {q.dtype} wrongly; pass fp32 or "
+                         f"fp16 queries (and output) on the CPU")
+
+
 def detect_device_arch(device: torch.device) -> str:
     props = torch.cuda.get_device_properties(device)
     if torch.version.hip:
@@ -111,16 +135,43 @@ def detect_device_arch(device: torch.device) -> str:
     raise ValueError(f"arch: no generated kernels for compute capability {props.major}.{props.minor} (have sm90)")
 
 
-def check_common(arch: str | None, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale, output,
-                 k_scale, v_scale, num_reqs: int):
-    """Checks shared by prefill and decode; returns (arch, scale_mode)."""
+def check_heads(num_q_heads: int, num_kv_heads, *, source: str) -> int:
+    """num_kv_heads against the query heads (`source`: where they were read): each KV head serves a group."""
+    num_kv_heads = check_int("num_kv_heads", num_kv_heads, minimum=1)
+    if num_q_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads: must divide the {num_q_heads} query heads {source}, got {num_kv_heads}")
+    return num_kv_heads
+
+
+def check_scale_mode(scale_mode, kv_dtype) -> None:
+    """A scale mode and KV dtype by name (get_config's), by the rules scale_mode_of applies to tensors."""
+    if scale_mode not in SCALE_MODES:
+        raise ValueError(f"scale_mode: expected one of {list(SCALE_MODES)}, got {scale_mode!r}")
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"kv_dtype: expected one of {list(KV_DTYPES)}, got {kv_dtype!r}")
+    if scale_mode != "none" and kv_dtype != "fp8":
+        raise ValueError(f"scale_mode: {scale_mode!r} with a {kv_dtype} cache: {SCALES_RULE}; "
+                         f"a {kv_dtype} cache is scale mode 'none'")
+
+
+def check_lookup(scale_mode, kv_dtype, num_q_heads, num_kv_heads, num_tokens, topk) -> None:
+    """get_config's call shape, checked as the kernels' arguments are (the arch and kernel by
+    default_config): a lookup answers only for a call the kernels would take."""
+    check_scale_mode(scale_mode, kv_dtype)
+    check_heads(check_int("num_q_heads", num_q_heads, minimum=1), num_kv_heads, source="(num_q_heads)")
+    check_int("num_tokens", num_tokens, minimum=0)  # an empty batch is a call too
+    check_int("topk", topk, minimum=1)  # topk_idx's rule: topk >= 1
+
+
+def check_common(arch: str | None, q, kv_cache, topk_idx, num_kv_heads, sm_scale, output, k_scale, v_scale):
+    """Checks shared by prefill and decode; returns (arch, scale_mode). The per-request metadata and
+    block_table: check_prefill_metadata / check_decode_metadata."""
     check_tensor("q", q, ndim=3, dtypes=Q_DTYPES, layout="[total_q, num_q_heads, head_dim]")
     device = q.device
     arch = resolve_arch(arch, device)
+    check_interpreter(q)
     total_q, num_q_heads, head_dim = q.shape
-    num_kv_heads = check_int("num_kv_heads", num_kv_heads, minimum=1)
-    if num_q_heads % num_kv_heads:
-        raise ValueError(f"num_kv_heads: must divide the {num_q_heads} query heads of q, got {num_kv_heads}")
+    num_kv_heads = check_heads(num_q_heads, num_kv_heads, source="of q")
     if not head_dim_ok(head_dim):
         raise ValueError(f"q: expected head_dim {HEAD_DIM_RULE}, got {head_dim}")
     check_sm_scale(sm_scale)
@@ -143,9 +194,6 @@ def check_common(arch: str | None, q, kv_cache, topk_idx, block_table, num_kv_he
     if topk_idx.shape[0] != num_kv_heads or topk_idx.shape[1] != total_q or topk_idx.shape[2] < 1:
         raise ValueError(f"topk_idx: expected shape ({num_kv_heads}, {total_q}, topk>=1) [num_kv_heads, total_q, topk], "
                          f"got {tuple(topk_idx.shape)}")
-    check_tensor("block_table", block_table, ndim=2, dtypes=(torch.int32,), device=device, layout="[num_reqs, max_blocks]")
-    if block_table.shape[0] != num_reqs:
-        raise ValueError(f"block_table: expected {num_reqs} rows (one per request, like seq_lens), got {block_table.shape[0]}")
     return arch, scale_mode_of(kv_cache, k_scale, v_scale)
 
 
@@ -157,7 +205,7 @@ def scale_mode_of(kv_cache: torch.Tensor, k_scale, v_scale) -> str:
         given, missing = ("k_scale", "v_scale") if v_scale is None else ("v_scale", "k_scale")
         raise ValueError(f"{missing}: required when {given} is given (scales come in pairs)")
     if kv_cache.dtype not in FP8_DTYPES:
-        raise ValueError(f"k_scale/v_scale: only an fp8 kv_cache takes scales; a {kv_cache.dtype} cache is scale mode 'none'")
+        raise ValueError(f"k_scale/v_scale: {SCALES_RULE}; a {kv_cache.dtype} cache is scale mode 'none'")
     modes = []
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
         if not isinstance(scale, torch.Tensor):
@@ -179,33 +227,75 @@ def scale_mode_of(kv_cache: torch.Tensor, k_scale, v_scale) -> str:
     return modes[0]
 
 
-def check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len) -> int:
+# Where each per-request argument holds the request count: (entries past num_reqs, its layout).
+_PER_REQUEST = {
+    "seq_lens": (0, "[num_reqs]"),
+    "prefix_lens": (0, "[num_reqs]"),
+    "cu_seqlens_q": (1, "[num_reqs + 1]"),
+    "query_start_loc": (1, "[num_reqs + 1]"),
+    "block_table": (0, "[num_reqs, max_blocks]"),
+}
+
+
+def _size(name: str, num_reqs: int) -> str:
+    """How long `name` is for num_reqs requests: block_table in rows, the others by shape."""
+    return f"{num_reqs} rows" if name == "block_table" else f"shape ({num_reqs + _PER_REQUEST[name][0]},)"
+
+
+def agreed_num_reqs(**tensors: torch.Tensor) -> int:
+    """The number of requests the per-request arguments (by name) agree on. The one that disagrees
+    with the others is named; with no majority (two arguments, say) every one is, as either may be
+    the wrong one."""
+    counts = {name: t.shape[0] - _PER_REQUEST[name][0] for name, t in tensors.items()}
+    votes = collections.Counter(counts.values()).most_common()
+    num_reqs, most = votes[0]
+    if len(votes) == 1:
+        return num_reqs
+    if votes[1][1] == most:
+        said = ", ".join(f"{name} {_size(name, n)} {_PER_REQUEST[name][1]}" for name, n in counts.items())
+        raise ValueError(f"{', '.join(counts)}: disagree on the number of requests ({said}); one of them is wrong")
+    wrong = next(name for name, n in counts.items() if n != num_reqs)
+    *others, last = [name for name, n in counts.items() if n == num_reqs]
+    agree = f"{', '.join(others)} and {last}" if others else last
+    raise ValueError(f"{wrong}: expected {_size(wrong, num_reqs)} {_PER_REQUEST[wrong][1]} ({num_reqs} "
+                     f"request{'s' if num_reqs != 1 else ''}, as {agree} say), got {_size(wrong, counts[wrong])}")
+
+
+def _check_block_table(block_table, device) -> None:
+    check_tensor("block_table", block_table, ndim=2, dtypes=(torch.int32,), device=device,
+                 layout="[num_reqs, max_blocks]")
+
+
+def check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len, block_table) -> int:
+    """The per-request arguments of a prefill call; returns the number of requests."""
     device = check_tensor("q", q, ndim=3, dtypes=Q_DTYPES, layout="[total_q, num_q_heads, head_dim]").device
     check_tensor("seq_lens", seq_lens, ndim=1, dtypes=(torch.int32,), device=device, layout="[num_reqs]")
-    num_reqs = seq_lens.shape[0]
     check_tensor("cu_seqlens_q", cu_seqlens_q, ndim=1, dtypes=(torch.int32,), device=device, layout="[num_reqs + 1]")
-    check_shape("cu_seqlens_q", cu_seqlens_q, (num_reqs + 1,), "[num_reqs + 1]")
     check_tensor("prefix_lens", prefix_lens, ndim=1, dtypes=(torch.int32,), device=device, layout="[num_reqs]")
-    check_shape("prefix_lens", prefix_lens, (num_reqs,), "[num_reqs]")
+    _check_block_table(block_table, device)
+    num_reqs = agreed_num_reqs(seq_lens=seq_lens, cu_seqlens_q=cu_seqlens_q, prefix_lens=prefix_lens,
+                               block_table=block_table)
     check_int("max_query_len", max_query_len, minimum=0)
     return num_reqs
 
 
-def check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req_indices) -> int:
+def check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req_indices, block_table) -> int:
+    """The per-request arguments of a decode call; returns the number of requests."""
     device = check_tensor("q", q, ndim=3, dtypes=Q_DTYPES, layout="[total_q, num_q_heads, head_dim]").device
     check_tensor("seq_lens", seq_lens, ndim=1, dtypes=(torch.int32,), device=device, layout="[num_reqs]")
-    num_reqs = seq_lens.shape[0]
+    _check_block_table(block_table, device)
     if (query_start_loc is None) != (token_to_req_indices is None):
         given, missing = (("query_start_loc", "token_to_req_indices") if token_to_req_indices is None
                           else ("token_to_req_indices", "query_start_loc"))
         raise ValueError(f"{missing}: required when {given} is given (varlen decode needs both)")
     if query_start_loc is None:
+        num_reqs = agreed_num_reqs(seq_lens=seq_lens, block_table=block_table)
         check_int("decode_query_len", decode_query_len, minimum=1)
         if q.shape[0] < num_reqs * decode_query_len:
             raise ValueError(f"q: expected at least num_reqs * decode_query_len = {num_reqs * decode_query_len} rows, got {q.shape[0]}")
     else:
         check_tensor("query_start_loc", query_start_loc, ndim=1, dtypes=(torch.int32,), device=device, layout="[num_reqs + 1]")
-        check_shape("query_start_loc", query_start_loc, (num_reqs + 1,), "[num_reqs + 1]")
+        num_reqs = agreed_num_reqs(seq_lens=seq_lens, query_start_loc=query_start_loc, block_table=block_table)
         check_tensor("token_to_req_indices", token_to_req_indices, ndim=1, dtypes=(torch.int32,), device=device, layout="[total_q]")
         check_shape("token_to_req_indices", token_to_req_indices, (q.shape[0],), "[total_q]")
     return num_reqs

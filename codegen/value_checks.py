@@ -49,18 +49,16 @@ def check_prefill_call(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_len
                        num_kv_heads, sm_scale, output, k_scale, v_scale, *, arch) -> None:
     """sparse_attn_prefill's arguments, shapes first (validate.py), then values. Called before the
     call-plan lookup: a plan is reused for every call of its shape, while values change per call."""
-    num_reqs = validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len)
-    validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale, output, k_scale, v_scale,
-                          num_reqs)
+    validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len, block_table)
+    validate.check_common(arch, q, kv_cache, topk_idx, num_kv_heads, sm_scale, output, k_scale, v_scale)
     check_prefill_values(q, kv_cache, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len)
 
 
 def check_decode_call(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output, decode_query_len,
                       k_scale, v_scale, query_start_loc, token_to_req_indices, *, arch) -> None:
     """sparse_attn_decode's arguments, shapes first (validate.py), then values (see check_prefill_call)."""
-    num_reqs = validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req_indices)
-    validate.check_common(arch, q, kv_cache, topk_idx, block_table, num_kv_heads, sm_scale, output, k_scale, v_scale,
-                          num_reqs)
+    validate.check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req_indices, block_table)
+    validate.check_common(arch, q, kv_cache, topk_idx, num_kv_heads, sm_scale, output, k_scale, v_scale)
     check_decode_values(q, kv_cache, block_table, seq_lens, query_start_loc, token_to_req_indices)
 
 

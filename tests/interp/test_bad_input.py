@@ -1,11 +1,18 @@
 """Bad input: a clear ValueError/TypeError naming the argument, raised before any launch."""
 import dataclasses
+import os
+import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
 
+import codegen
 from codegen import LaunchConfig, cases, sparse_attn_decode, sparse_attn_prefill
+
+REPO = pathlib.Path(codegen.__file__).resolve().parent.parent
 
 
 def _prefill(**change):
@@ -191,3 +198,106 @@ def test_a_launch_config_object_gets_the_type_checks_a_dict_gets(fields, message
         LaunchConfig.from_dict(fields)
     with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):  # replace() builds a new object too
         dataclasses.replace(LaunchConfig(), **fields)
+
+
+# --- issue 38: the API's corners on the CPU
+
+
+@pytest.mark.parametrize("make,fn", [(_prefill, sparse_attn_prefill), (_decode, sparse_attn_decode)])
+def test_bf16_queries_are_refused_by_the_interpreter(make, fn):
+    """The interpreter's bf16 arithmetic is wrong (decode gave NaN, prefill was off by 8e8)."""
+    case, args = make()
+    args["q"], args["output"] = args["q"].to(torch.bfloat16), torch.full_like(args["output"], float("nan"),
+                                                                              dtype=torch.bfloat16)
+    _raises(fn, args, ValueError, r"^q: the Triton interpreter .* computes torch.bfloat16 wrongly; pass fp32 or fp16",
+            arch="sm90")
+
+
+def test_fp16_queries_still_run_on_the_interpreter():
+    case = cases.decode_case(arch="sm90", seq_lens=[300], num_q_heads=8, num_kv_heads=2, head_dim=32, topk=4,
+                             scale_mode="scalar", q_dtype=torch.float16)
+    case.poison()
+    sparse_attn_decode(**case.args, arch="sm90")
+    assert not case.output.isnan().any()
+
+
+def test_triton_interpret_set_after_the_import_says_what_to_do(tmp_path):
+    """Triton reads TRITON_INTERPRET when its functions are defined: set later, the call used to fail
+    inside the kernel with "Cannot call @triton.jit'd outside of the scope of a kernel"."""
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import os\n"
+        "from codegen import cases, sparse_attn_decode\n"
+        "os.environ['TRITON_INTERPRET'] = '1'  # too late: codegen's import brought Triton in\n"
+        "case = cases.decode_case(arch='sm90', seq_lens=[300], num_q_heads=8, num_kv_heads=2, head_dim=32, topk=4)\n"
+        "case.poison()\n"
+        "try:\n"
+        "    sparse_attn_decode(**case.args, arch='sm90')\n"
+        "except RuntimeError as exc:\n"
+        "    assert case.output.isnan().all(), 'nothing may be launched before the error'\n"
+        "    print(exc)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("TRITON_INTERPRET: set to 1 after Triton was imported") and \
+        "set TRITON_INTERPRET=1 before importing codegen" in proc.stdout, proc.stdout
+
+
+def test_a_meta_output_after_a_good_call_of_the_same_shape_is_refused():
+    """The plan key holds each tensor's device with its type: get_device() is -1 for CPU and meta."""
+    case, args = _decode()
+    sparse_attn_decode(**args, arch="sm90")
+    args["output"] = torch.empty(args["output"].shape, dtype=args["output"].dtype, device="meta")
+    with pytest.raises(ValueError, match=r"^output: expected a tensor on cpu \(the device of q\), got meta"):
+        sparse_attn_decode(**args, arch="sm90")
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(scale_mode="bogus"), "scale_mode: expected one of ['none', 'scalar', 'per_token_head'], got 'bogus'"),
+    (dict(kv_dtype="fp32"), "kv_dtype: expected one of ['fp8', 'bf16', 'fp16'], got 'fp32'"),
+    (dict(kv_dtype="bf16"), "scale_mode: 'scalar' with a bf16 cache: only an fp8 kv_cache takes scales"),
+    (dict(num_q_heads=16, num_kv_heads=3), "num_kv_heads: must divide the 16 query heads (num_q_heads), got 3"),
+    (dict(num_kv_heads=0), "num_kv_heads: expected an int >= 1, got 0"),
+    (dict(topk=0), "topk: expected an int >= 1, got 0"),
+    (dict(num_tokens=-2), "num_tokens: expected an int >= 0, got -2"),
+    (dict(num_tokens=2.0), "num_tokens: expected an int, got float"),
+])
+@pytest.mark.parametrize("device", ["cpu-interpreter", "NVIDIA H200"])  # without and with a tuned table
+def test_get_config_checks_its_arguments_as_the_kernels_do(change, message, device):
+    from codegen import get_config
+
+    args = dict(dict(kernel="decode", arch="sm90", device_name=device, scale_mode="scalar", kv_dtype="fp8",
+                     num_q_heads=16, num_kv_heads=1, num_tokens=2, topk=16), **change)
+    with pytest.raises((ValueError, TypeError), match=f"^{re.escape(message)}"):
+        get_config(**args)
+
+
+def test_a_wrong_length_seq_lens_is_named_in_prefill():
+    case, args = _prefill(seq_lens=torch.tensor([132, 5], dtype=torch.int32))
+    _raises(sparse_attn_prefill, args, ValueError,
+            r"^seq_lens: expected shape \(1,\) \[num_reqs\] \(1 request, as cu_seqlens_q, prefix_lens and "
+            r"block_table say\), got shape \(2,\)", arch="sm90")
+
+
+def test_a_block_table_with_a_row_too_many_is_named():
+    case, args = _prefill(block_table=torch.zeros(2, 3, dtype=torch.int32))
+    _raises(sparse_attn_prefill, args, ValueError,
+            r"^block_table: expected 1 rows .* as seq_lens, cu_seqlens_q and prefix_lens say\), got 2 rows", arch="sm90")
+
+
+def test_decode_seq_lens_against_block_table_names_both():
+    """Uniform decode has two per-request arguments: which one is wrong cannot be told."""
+    case, args = _decode(seq_lens=torch.tensor([300], dtype=torch.int32))
+    _raises(sparse_attn_decode, args, ValueError,
+            r"^seq_lens, block_table: disagree on the number of requests \(seq_lens shape \(1,\) \[num_reqs\], "
+            r"block_table 2 rows \[num_reqs, max_blocks\]\)", arch="sm90")
+
+
+def test_varlen_decode_names_the_one_that_disagrees():
+    case, args = _decode(query_start_loc=torch.tensor([0, 1, 2], dtype=torch.int32),
+                         token_to_req_indices=torch.tensor([0, 1], dtype=torch.int32),
+                         seq_lens=torch.tensor([300, 40, 7], dtype=torch.int32))
+    _raises(sparse_attn_decode, args, ValueError,
+            r"^seq_lens: expected shape \(2,\) \[num_reqs\] \(2 requests, as query_start_loc and block_table say\)",
+            arch="sm90")
