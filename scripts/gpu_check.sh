@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# One check of msa-tune on a GPU machine (issue 25): the GPU tests, a two-bucket tune, the quick
-# benchmark and the host-cost benchmark, each timed; ends with exactly one summary line and exits
+# One check of msa-tune on a GPU machine (issue 25): the GPU tests, the randomized differential tester
+# (issue 35), a two-bucket tune, the quick benchmark and the host-cost benchmark, each timed; ends with exactly one summary line and exits
 # non-zero when a part failed. Works on a bare image without registry access: the repo goes on
 # PYTHONPATH (no build step), and the tuner's wheels come from .whl/ (README: "Checking on a GPU").
 #
 #   bash scripts/gpu_check.sh [--log PATH] [--only PARTS] [-n WORKERS] [--dry-run]
 #   bash scripts/gpu_check.sh --fingerprint   # prints the sources' fingerprint a log's header names
 #
-# PARTS: a comma list of tests, tune, bench, host_cost (default: all). --dry-run prints what each
+# PARTS: a comma list of tests, fuzz, tune, bench, host_cost (default: all). --dry-run prints what each
 # part would run, runs nothing. The header names the git commit and a fingerprint of the sources that
 # run (the code, templates, tables, tests and scripts): a machine that gets a copy of the files without
 # their git history reports a stale commit, never a stale fingerprint. GPU_CHECK_CMD_<PART> (e.g.
@@ -18,7 +18,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
 
 LOG=gpu_check.log
-ONLY=tests,tune,bench,host_cost
+ONLY=tests,fuzz,tune,bench,host_cost
 WORKERS=""
 DRY=0
 fingerprint() {  # sha256 over each source file's path and content, sorted by path (C locale): 16 hex
@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-PARTS=(tests tune bench host_cost)
+PARTS=(tests fuzz tune bench host_cost)
 IFS=',' read -r -a WANTED <<< "$ONLY"
 [ ${#WANTED[@]} -gt 0 ] || { echo "gpu_check: --only: no part named (expected some of ${PARTS[*]})" >&2; exit 2; }
 for part in "${WANTED[@]}"; do
@@ -98,13 +98,15 @@ command_of() {
   if [ -n "${!override:-}" ]; then echo "${!override}"; return; fi
   case "$1" in
     tests) echo "$PY -m pytest tests/gpu -q -p no:cacheprovider --durations=25 $(xdist_args)" ;;
+    # Seeded random cases for 150 s in 8 processes against tests/fuzz/oracle.py; a failure names its seed.
+    fuzz) echo "$PY -m tests.fuzz.run --seconds 150 --workers 8 --min-cases 100" ;;
     # Two decode buckets, one table, a few trials: the tuner's whole pipeline, into temp folders only.
     tune) echo "$PY tune.py --kernels decode --modes scalar:fp8 --layouts tp4 --decode-buckets 1,64 --trials 6 --bucket-time 60 --out $TMP_DIR/tuned --storage sqlite:///$TMP_DIR/study.db" ;;
     bench) echo "$PY benchmarks/bench.py --quick" ;;
     host_cost) [ -f benchmarks/host_cost.py ] && echo "$PY benchmarks/host_cost.py --quick" ;;
   esac
 }
-LIMIT_tests=600; LIMIT_tune=480; LIMIT_bench=480; LIMIT_host_cost=300  # a hung part must not hang the check
+LIMIT_tests=600; LIMIT_fuzz=300; LIMIT_tune=480; LIMIT_bench=480; LIMIT_host_cost=300  # a hung part must not hang the check
 
 declare -A RESULT
 FAILED=0
@@ -122,11 +124,14 @@ run_part() {
   rc=${PIPESTATUS[0]}
   secs=$(( SECONDS - start ))
   RESULT[$part]="$part ${secs}s"
+  local counts=""
   if [ "$part" = tests ]; then  # "(N passed, M failed)" from pytest's last line
-    local counts
     counts=$(tail -n 5 "$out" | grep -oE '[0-9]+ (passed|failed|errors?|skipped)' | paste -sd, - | sed 's/,/, /g')
-    [ -n "$counts" ] && RESULT[$part]+=" ($counts)"
+  elif [ "$part" = fuzz ]; then  # "(N cases, M failed)" from the tester's summary
+    counts=$(grep -E '^tests.fuzz.run: [0-9]+ cases' "$out" | tail -n 1 | grep -oE '[0-9]+ (cases|failed)' \
+             | paste -sd, - | sed 's/,/, /g')
   fi
+  [ -n "$counts" ] && RESULT[$part]+=" ($counts)"
   if [ "$rc" -ne 0 ]; then
     FAILED=1
     RESULT[$part]+=" FAILED (rc $rc$([ "$rc" -eq 124 ] && echo ", timed out after ${!limit_var}s"))"

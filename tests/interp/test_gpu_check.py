@@ -22,8 +22,9 @@ def test_dry_run_lists_every_part_and_ends_with_one_summary_line(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert [ln for ln in lines if ln.startswith("gpu_check: DRY-RUN")] == [lines[-1]]
-    for part in ("tests", "tune", "bench", "host_cost"):
+    for part in ("tests", "fuzz", "tune", "bench", "host_cost"):
         assert f" {part} " in lines[-1] + " "
+    assert "tests.fuzz.run --seconds 150" in proc.stdout
     assert "--durations=25" in proc.stdout and "--storage sqlite:///" in proc.stdout
     assert "tuned_configs" not in proc.stdout  # the tune part writes to a temp folder only
     assert log.read_text().strip().splitlines()[-1] == lines[-1]
@@ -37,6 +38,13 @@ def test_a_failing_part_fails_the_check_and_says_which(tmp_path):
     assert last.startswith("gpu_check: FAILED tests ") and "(5 passed, 2 failed) FAILED (rc 1)" in last
     assert "| bench " in last and "tune" not in last
     assert "5 passed, 2 failed" in log.read_text()
+
+
+def test_the_fuzz_part_reports_its_cases_and_fails_on_a_failed_case(tmp_path):
+    summary = "tests.fuzz.run: 612 cases (300 decode, 312 prefill), 1 failed, worst passing row rel L2 9e-03, 160 s"
+    proc, _ = _run(tmp_path, "--only", "fuzz", fuzz=f'echo "{summary}"; exit 1')
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "fuzz" in last and "(612 cases, 1 failed) FAILED (rc 1)" in last
 
 
 def test_passing_parts_pass(tmp_path):

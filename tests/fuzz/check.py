@@ -1,0 +1,189 @@
+"""One case of the tester: draw, build, call the API the way the draw says, judge against the oracle.
+
+A case fails on: an output off the reference past its dtype's tolerance (below), an element left
+NaN (outputs are NaN-poisoned before every call), a padded decode row that is not exactly zero, a
+byte of the output's wider buffer outside the output view changed, or an error raised for these
+valid arguments."""
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+
+import torch
+
+from . import oracle
+from .draw import CANARY, Built, Draw, build, draw
+
+# (whole-output relative L2, worst row's relative L2) by query dtype. A row is one (token, head):
+# its error over max(its norm, a tenth of the median row norm).
+#  - fp32 (the interpreter): every operand is exact in fp32, a correct kernel lands near 1e-7.
+#  - bf16 / fp16: q, the probabilities (times the per-token V scales) and the output are rounded to
+#    8 / 11 mantissa bits: about 2^-9 / 2^-12 relative each; the contract's whole-output gates
+#    (docs/contract.md) and a row gate 4x looser, far under what one wrongly scaled or masked key
+#    of a row moves it by (> 1e-1).
+TOLERANCES = {"fp32": (1e-5, 4e-5), "bf16": (1e-2, 4e-2), "fp16": (5e-3, 2e-2)}
+
+
+@dataclasses.dataclass
+class Result:
+    seed: int
+    case: str
+    ok: bool
+    rel_l2: float = float("nan")
+    worst_row: float = float("nan")
+    seconds: float = 0.0
+    failure: str = ""
+
+    def line(self) -> str:
+        verdict = "PASS" if self.ok else "FAIL"
+        text = (f"{verdict} seed={self.seed} rel_l2={self.rel_l2:.2e} worst_row={self.worst_row:.2e} "
+                f"{self.seconds:.2f}s {self.case}")
+        if not self.ok:
+            text += f"\n     {self.failure}\n     re-run alone: python -m tests.fuzz.run --seed {self.seed}"
+        return text
+
+
+def _call(d: Draw, b: Built, *, arch=None, plan=None):
+    """The drawn call on `b`'s tensors (a plan's .run when given one)."""
+    from codegen import sparse_attn_decode, sparse_attn_prefill
+
+    a = b.args
+    if plan is not None:
+        return plan.run(a["q"], a["kv_cache"], a["topk_idx"], a["output"], a["k_scale"], a["v_scale"])
+    extra = {} if arch is None else {"arch": arch}
+    if d.kernel == "prefill":
+        if d.selection is not None:
+            extra["selection"] = d.selection
+        return sparse_attn_prefill(a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["cu_seqlens_q"],
+                                   a["seq_lens"], a["prefix_lens"], a["max_query_len"], a["num_kv_heads"],
+                                   a["sm_scale"], a["output"], a["k_scale"], a["v_scale"], **extra)
+    return sparse_attn_decode(a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["seq_lens"],
+                              a["num_kv_heads"], a["sm_scale"], a["output"], a["decode_query_len"], a["k_scale"],
+                              a["v_scale"], a.get("query_start_loc"), a.get("token_to_req_indices"), **extra)
+
+
+def _plan(d: Draw, b: Built, arch=None):
+    from codegen import plan_decode, plan_prefill
+
+    a = b.args
+    extra = {} if arch is None else {"arch": arch}
+    if d.kernel == "prefill":
+        return plan_prefill(a["block_table"], a["cu_seqlens_q"], a["seq_lens"], a["prefix_lens"], a["max_query_len"],
+                            a["num_kv_heads"], a["sm_scale"], selection=d.selection, **extra)
+    return plan_decode(a["block_table"], a["seq_lens"], a["num_kv_heads"], a["sm_scale"], a["decode_query_len"],
+                       a.get("query_start_loc"), a.get("token_to_req_indices"), **extra)
+
+
+def _poison(b: Built) -> None:
+    b.args["output"].fill_(float("nan"))
+
+
+def judge(d: Draw, b: Built, expected: torch.Tensor) -> tuple[float, float, str]:
+    """(rel L2, worst row's rel L2, why it fails or "")."""
+    out = b.args["output"].to(torch.float64)
+    ref = expected.to(out.device)
+    rel_tol, row_tol = TOLERANCES[d.q_dtype]
+    canary = b.output_base.clone()
+    canary[..., :d.head_dim] = CANARY
+    if not bool((canary == CANARY).all()):
+        return float("nan"), float("nan"), "a byte of the output's buffer outside the output view was written"
+    bad = int((~torch.isfinite(out)).sum())
+    if bad:
+        return float("nan"), float("nan"), f"{bad} output elements non-finite (left NaN or produced)"
+    if bool(b.padded.any()) and bool(out[b.padded].ne(0).any()):
+        return float("nan"), float("nan"), "a padded decode row is not zero"
+    diff = out - ref
+    rel = float(diff.norm() / ref.norm().clamp_min(1e-30))
+    row_norm = ref.norm(dim=-1)
+    floor = 0.1 * float(row_norm[~b.padded].median()) if bool((~b.padded).any()) else 1.0
+    row_err = diff.norm(dim=-1) / row_norm.clamp_min(max(floor, 1e-30))
+    worst = float(row_err.max()) if row_err.numel() else 0.0
+    why = [] if torch.isfinite(ref).all() else ["the reference is not finite (a tester fault)"]
+    if not rel <= rel_tol:  # NaN fails too
+        why.append(f"rel L2 {rel:.2e} > {rel_tol:.0e}")
+    if not worst <= row_tol:
+        t, h = divmod(int(row_err.argmax()), row_err.shape[1])
+        why.append(f"row (token {t}, head {h}) rel L2 {worst:.2e} > {row_tol:.0e}")
+    return rel, worst, "; ".join(why)
+
+
+def _expected(b: Built) -> torch.Tensor:
+    a = b.args
+    return oracle.attention(a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], b.token_req, b.token_pos,
+                            a["sm_scale"], a["k_scale"], a["v_scale"])
+
+
+def _copy_data(dst: Built, src: Built) -> None:
+    """src's data into dst's tensors (same draw: same shapes, strides and metadata values)."""
+    for name in ("q", "kv_cache", "topk_idx", "k_scale", "v_scale"):
+        if dst.args[name] is not None:
+            dst.args[name].copy_(src.args[name])
+
+
+def run_case(seed: int, profile: str = "gpu", device="cuda") -> Result:
+    d = draw(seed, profile)
+    start = time.perf_counter()
+    result = Result(seed, d.describe(), ok=False)
+    try:
+        from codegen.variants import get_arch
+        from codegen.validate import detect_device_arch
+
+        on_cpu = torch.device(device).type == "cpu"
+        arch = "sm90" if on_cpu else detect_device_arch(torch.device(device))
+        fp8 = get_arch(arch).fp8_dtype
+        first = build(d, device, 2 * seed + 1, fp8)
+        checks = _run_call(d, first, lambda: build(d, device, 2 * seed + 2, fp8), "sm90" if on_cpu else None)
+        rel, worst, why = max(checks, key=lambda c: (bool(c[2]), c[1]))
+        result.rel_l2, result.worst_row, result.failure, result.ok = rel, worst, why, not why
+    except Exception as exc:  # an error for valid arguments is a failure, with its trace
+        result.failure = f"raised {type(exc).__name__}: {exc}\n" + traceback.format_exc(limit=6)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _run_call(d: Draw, first: Built, second_of, arch) -> list[tuple[float, float, str]]:
+    """Runs the draw's call mode; the judgement of each output it produced."""
+    checks = []
+
+    def eager(b: Built) -> None:
+        _poison(b)
+        _call(d, b, arch=arch)
+        checks.append(judge(d, b, _expected(b)))
+
+    if d.call == "eager":
+        eager(first)
+    elif d.call == "repeat":  # the same shapes, new tensors and data: the cached plan's second call
+        eager(first)
+        eager(second_of())
+    elif d.call == "plan":  # a step's plan, .run() for two layers of new tensors
+        plan = _plan(d, first, arch)
+        for b in (first, second_of()):
+            _poison(b)
+            _call(d, b, plan=plan)
+            checks.append(judge(d, b, _expected(b)))
+    elif d.call == "graph":  # captured after an eager call, replayed on new data copied into its inputs
+        eager(first)
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            with torch.cuda.graph(graph, stream=side):
+                _call(d, first, arch=arch)
+        torch.cuda.current_stream().wait_stream(side)
+        second = second_of()
+        _copy_data(first, second)
+        _poison(first)
+        graph.replay()
+        checks.append(judge(d, first, _expected(second)))
+    elif d.call == "stream":  # eager on a side stream
+        side = torch.cuda.Stream()
+        _poison(first)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            _call(d, first, arch=arch)
+        torch.cuda.current_stream().wait_stream(side)
+        checks.append(judge(d, first, _expected(first)))
+    else:
+        raise ValueError(f"call: unknown mode {d.call!r}")
+    return checks
