@@ -34,6 +34,7 @@ from codegen.shapes import DEFAULT_MODES, SERVING_LAYOUTS  # noqa: E402
 from codegen.validate import detect_device_arch  # noqa: E402
 from codegen.variants import WS_SCALE_MODES  # noqa: E402
 from codegen.workload import min_bytes, useful_flops  # noqa: E402
+from script_cli import NO_GPU, Parser, gpu_missing  # noqa: E402  (benchmarks/script_cli.py)
 
 # The tuner's default grid: head layouts (q heads, KV heads) and scale mode -> KV dtype.
 LAYOUTS = SERVING_LAYOUTS
@@ -173,7 +174,7 @@ def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int, tail: st
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a few headline cases instead of the full grid")
     parser.add_argument("--configs", nargs="+", default=["runtime", "untuned", "unfolded"],
                         help="columns: runtime (tuned when a file matches), untuned (arch default), unfolded "
@@ -187,9 +188,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tail", default="own", choices=cases.TAILS,
                         help="what fills top-k rows past the entries a token reads (default: vLLM's, the own block)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench.py: needs a GPU (the interpreter's timings mean nothing)", file=sys.stderr)
-        return 2
+    if gpu_missing(parser.prog):
+        return NO_GPU
     arch = detect_device_arch(torch.device("cuda"))
     env = dict(gpu=torch.cuda.get_device_name(), arch=arch, torch=torch.__version__, triton=triton.__version__,
                cuda=torch.version.cuda, hip=torch.version.hip, python=platform.python_version(),

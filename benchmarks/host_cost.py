@@ -25,7 +25,6 @@ host's time to issue a call, whatever the GPU does.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -35,6 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from script_cli import NO_GPU, Parser, gpu_missing, read_json  # benchmarks/script_cli.py (no codegen: --tree)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -276,10 +277,10 @@ def _line(row) -> str:
             f"gpu {_fmt(row['gpu']):>6s}")
 
 
-def compare(before_path: str, after_path: str) -> str:
+def compare(before_doc: dict, after_doc: dict) -> str:
     """A markdown table of two runs' rows side by side (µs per call)."""
-    before = {_name(r): r for r in json.loads(pathlib.Path(before_path).read_text())["rows"]}
-    after = json.loads(pathlib.Path(after_path).read_text())["rows"]
+    before = {_name(r): r for r in before_doc["rows"]}
+    after = after_doc["rows"]
     lines = ["| call | before: api | before: config= | api | new step | config= | plan.run | floor (Triton) | floor (C) | gpu |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in after:
@@ -341,7 +342,7 @@ def cold_start(layouts: str = "tp1,tp4") -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = Parser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the scalar rows only")
     parser.add_argument("--calls", type=int, default=200, help="back-to-back calls per repeat (default: %(default)s)")
     parser.add_argument("--tree", help="import codegen from this checkout instead (e.g. the previous main)")
@@ -351,12 +352,17 @@ def main(argv=None) -> int:
     parser.add_argument("--components", action="store_true", help="per-part host time of a planned call")
     args = parser.parse_args(argv)
     if args.compare:
-        print(compare(*args.compare))
+        print(compare(*(read_json(parser, path, keys=("rows",)) for path in args.compare)))
         return 0
-    if args.tree:
-        sys.path.insert(0, str(pathlib.Path(args.tree).resolve()))
-    else:
-        sys.path.insert(0, str(REPO))
+    if args.calls < 1:
+        parser.error(f"argument --calls: expected an int >= 1, got {args.calls}")
+    if args.tree and not (pathlib.Path(args.tree) / "codegen").is_dir():
+        parser.refuse(f"--tree: {args.tree} is not a checkout (no codegen/ folder in it)")
+    if args.out and not pathlib.Path(args.out).resolve().parent.is_dir():
+        parser.refuse(f"--out: {pathlib.Path(args.out).parent} is not a folder")
+    if gpu_missing(parser.prog):
+        return NO_GPU
+    sys.path.insert(0, str(pathlib.Path(args.tree).resolve() if args.tree else REPO))
     result = cold_start() if args.cold_start else measure(args.quick, args.calls, args.components)
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

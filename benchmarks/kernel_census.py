@@ -90,3 +90,13 @@ def pytest_sessionfinish(session):
     if os.environ.get("CENSUS_OUT"):
         with open(os.environ["CENSUS_OUT"], "w") as handle:
             handle.write(line + "\n")
+
+
+if __name__ == "__main__":  # a pytest plugin: run as a script, it says how to use it
+    import sys
+
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__)
+        sys.exit(0)
+    sys.exit("kernel_census.py: a pytest plugin, not a script: PYTHONPATH=benchmarks:. .venv-static/bin/python "
+             "-m pytest -q -p kernel_census tests/gpu")

@@ -6,7 +6,6 @@ head layout and decode context / prefill pattern, time and % of floor over the b
 """
 from __future__ import annotations
 
-import json
 import pathlib
 import sys
 
@@ -113,10 +112,27 @@ def _grid_plots(plt, rows: list[dict], kernel: str, out: pathlib.Path) -> list[p
     return written
 
 
-if __name__ == "__main__":
-    if len(sys.argv) < 3:
-        sys.exit("usage: plots.py OUT_DIR BENCH_JSON [BENCH_JSON ...]")
-    out_dir = pathlib.Path(sys.argv[1])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for written_path in write_plots([r for p in sys.argv[2:] for r in json.load(open(p))["rows"]], out_dir):
+def main(argv=None) -> int:
+    from script_cli import Parser, read_json
+
+    parser = Parser(description=__doc__.split("\n")[0])
+    parser.add_argument("out_dir", type=pathlib.Path, help="folder for the PNGs (created)")
+    parser.add_argument("bench_json", nargs="+", help="bench.json files written by benchmarks/bench.py --out")
+    args = parser.parse_args(argv)
+    rows = [r for path in args.bench_json for r in read_json(parser, path, keys=("rows",))["rows"]]
+    try:  # before the folder is made: a run that cannot plot leaves nothing behind
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(f"{parser.prog}: needs matplotlib (pip install matplotlib; only the plots use it, "
+              "so no requirements file pins it)", file=sys.stderr)
+        return 1
+    if args.out_dir.exists() and not args.out_dir.is_dir():
+        parser.refuse(f"{args.out_dir}: not a folder")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for written_path in write_plots(rows, args.out_dir):
         print(written_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,12 +5,12 @@ case and one column per config; each file's rows keep the fractions of its own r
 """
 from __future__ import annotations
 
-import json
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from plots import ceiling_key  # noqa: E402  (benchmarks/plots.py; matplotlib only when plotting)
+from script_cli import Parser, read_json  # noqa: E402
 
 
 def _env_line(env: dict) -> str:
@@ -50,7 +50,13 @@ def markdown(*docs: dict) -> str:
     return "\n".join(lines)
 
 
+def main(argv=None) -> int:
+    parser = Parser(description=__doc__.split("\n")[0])
+    parser.add_argument("bench_json", nargs="+", help="bench.json files written by benchmarks/bench.py --out")
+    args = parser.parse_args(argv)
+    print(markdown(*(read_json(parser, path, keys=("env", "rows")) for path in args.bench_json)))
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: report.py BENCH_JSON [BENCH_JSON ...]")
-    print(markdown(*(json.load(open(path)) for path in sys.argv[1:])))
+    sys.exit(main())
