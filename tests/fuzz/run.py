@@ -74,6 +74,8 @@ def _worker(args) -> int:
         print(json.dumps({"start": seed}), flush=True)
         result = run_case(seed, profile, device)
         print(json.dumps(result.__dict__), flush=True)
+        if "CUDA error" in result.failure or "illegal" in result.failure:
+            return 3  # the context is lost: every later case here would fail for this one's sake
         seed += args.workers
     return 0
 
