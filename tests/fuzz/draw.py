@@ -24,9 +24,11 @@ TAILS = ("own", "-1", "stale", "past", "max", "mixed")
 # Strided views a call may take (any combination): the cache token-major ([pages, 128, Hkv, 2D]
 # permuted), a slice of a larger page pool, rows padded by 8 elements (not 16-byte aligned), a base
 # one element off; top-k transposed from [T, Hkv, topk] or padded; q sliced from a qkv buffer; the
-# output a slice of a wider buffer (its padding must stay untouched); per_token_head scales transposed.
+# output a slice of a wider buffer (its padding must stay untouched); q and output one element off 16
+# bytes; per_token_head scales transposed, or one element off.
 VIEWS = ("token_major", "page_slice", "unaligned_rows", "unaligned_base", "topk_transposed", "topk_padded",
-         "q_from_qkv", "padded_output", "scales_transposed")
+         "q_from_qkv", "padded_output", "io_unaligned", "scales_transposed", "scales_offset")
+_SCALE_VIEWS = ("scales_transposed", "scales_offset")
 CALLS = ("eager", "repeat", "plan", "graph", "stream")
 SELECTIONS = (None, "auto", "tiled", "per_token")
 INT32_MAX = 2 ** 31 - 1
@@ -101,7 +103,7 @@ def draw(seed: int, profile: str = "gpu") -> Draw:
     topk = rng.randint(2, 4) if cpu else (16 if rng.random() < 0.6 else rng.randint(4, 16))
     scale_mode, kv_dtype = (pin["scale_mode"], pin["kv_dtype"]) if pin else rng.choice(MODES)
     q_dtype = "fp32" if cpu else pin.get("q_dtype") or rng.choice(("bf16", "bf16", "fp16"))
-    views = tuple(v for v in VIEWS if rng.random() < 0.25 and (v != "scales_transposed" or scale_mode == "per_token_head"))
+    views = tuple(v for v in VIEWS if rng.random() < 0.25 and (v not in _SCALE_VIEWS or scale_mode == "per_token_head"))
     if pin.get("force_view") and pin["force_view"] not in views:
         views = (*views, pin["force_view"])
     if "unaligned_rows" in views and "unaligned_base" in views:
@@ -208,6 +210,16 @@ def _selections(d: Draw, gen, pos, req, blocks_of_req, device) -> torch.Tensor:
     return ids.to(torch.int32)
 
 
+def _off_by_one(x: torch.Tensor, off: bool) -> torch.Tensor:
+    """x's values, or a copy whose base is one element past a 16-byte boundary."""
+    if not off:
+        return x
+    spare = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)
+    moved = spare[1:].view(x.shape)
+    moved.copy_(x)
+    return moved
+
+
 def build(d: Draw, device, data_seed: int, arch_fp8: torch.dtype) -> Built:
     """The tensors of `d`: the step's metadata (pages, block table) from the draw's seed, the data
     (cache, scales, q, top-k) from `data_seed`, so two builds of a draw differ only in their data."""
@@ -269,9 +281,12 @@ def build(d: Draw, device, data_seed: int, arch_fp8: torch.dtype) -> Built:
         k_scale, v_scale = (0.3 + 1.7 * torch.rand(2, generator=gen, device=device)).split(1)
     elif d.scale_mode == "per_token_head":
         slots = pool * PAGE + 32
+        off = 1 if "scales_offset" in d.views else 0
+
         def one():
-            s = 0.05 + 2.0 * torch.rand(slots, hkv, generator=gen, device=device) ** 2
-            return s.t() if "scales_transposed" in d.views else s.t().contiguous()
+            s = 0.05 + 2.0 * torch.rand(slots + off, hkv, generator=gen, device=device) ** 2
+            s = s.t() if "scales_transposed" in d.views else s.t().contiguous()
+            return s[:, off:]
         k_scale, v_scale = one(), one()
 
     # q, top-k, output
@@ -280,7 +295,7 @@ def build(d: Draw, device, data_seed: int, arch_fp8: torch.dtype) -> Built:
     if d.outliers:
         spots = torch.rand(q.shape, generator=gen, device=device) < 0.002
         q = torch.where(spots, q * (10 + 20 * torch.rand(q.shape, generator=gen, device=device)), q)
-    q = q.to(q_dtype)[:, :hq]
+    q = _off_by_one(q.to(q_dtype), "io_unaligned" in d.views)[:, :hq]
     real_pos = pos
     if d.padded_rows:  # rows past the last real token: no position; their top-k rows hold junk
         pos = torch.cat([pos, torch.full((d.padded_rows,), -1, dtype=torch.long, device=device)])
@@ -296,7 +311,8 @@ def build(d: Draw, device, data_seed: int, arch_fp8: torch.dtype) -> Built:
         wide[..., :topk] = topk_idx
         topk_idx = wide[..., :topk]
     out_pad = 16 if "padded_output" in d.views else 0
-    output_base = torch.full((total, hq, dim + out_pad), CANARY, dtype=q_dtype, device=device)
+    output_base = _off_by_one(torch.full((total, hq, dim + out_pad), CANARY, dtype=q_dtype, device=device),
+                              "io_unaligned" in d.views)
     output = output_base[..., :dim]
 
     args = dict(q=q, kv_cache=cache, topk_idx=topk_idx, block_table=block_table, seq_lens=seq_lens,
