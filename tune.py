@@ -20,11 +20,13 @@ table), which the runtime loads.
 Any number of workers may run the same command against one --storage (one process per GPU, on one
 host or many): each bucket's study is worked by whoever is free, no config is measured twice, and
 the worker that finishes a bucket's confirmation writes it to the JSON (docs/multi-gpu-tuning.md).
-Exit codes: 0 done, 2 bad arguments (one line naming the argument, before anything is touched;
-an --out or SQLite --storage path that cannot be written included), 3 the study database cannot be
-reached or was lost, 1 anything else (e.g. no GPU to tune on); 141 when the reader of the output
-closed the pipe (`msa-tune --list | head -1`), quietly. Without a GPU, --interpret runs a smoke run
-(codegen/tuning/smoke.py) into an --out folder outside the repository.
+Every subcommand checks its arguments, then its paths and storage, then the hardware. Exit codes:
+0 done, 2 bad arguments (one line naming the argument, before anything is touched; an --out or
+SQLite --storage path that cannot be written included, and for status and export an SQLite file
+that does not exist), 3 the study database cannot be reached or was lost, 1 anything else (e.g. no
+GPU to tune on); 141 when the reader of the output closed the pipe (`msa-tune --list | head -1`),
+quietly. Without a GPU, --interpret runs a smoke run (codegen/tuning/smoke.py) into an --out folder
+outside the repository, its studies beside it.
 """
 from __future__ import annotations
 
@@ -55,7 +57,10 @@ def _check(args) -> None:
         raise ValueError(f"--arch: expected auto or one of {archs}, got {args.arch!r}")
     if args.arch == "auto" and args.interpret:
         raise ValueError(f"--arch: --interpret runs no GPU to detect the arch from: give one of {archs}")
-    if args.arch == "auto" and args.write_defaults:
+    if args.write_defaults is not None and not args.write_defaults.strip():  # "" is a mistake, not "off"
+        raise ValueError("--write-defaults: expected a GPU's name, e.g. 'AMD Instinct MI300X', got "
+                         f"{args.write_defaults!r}")
+    if args.arch == "auto" and args.write_defaults is not None:
         raise ValueError(f"--arch: --write-defaults needs one of {archs}")
     A.at_least("--trials", args.trials, 1, what="an integer")
     if args.patience is not None:
@@ -114,11 +119,13 @@ def _check(args) -> None:
         _check_candidates(args.candidates, grid)
     if args.interpret_any_size and not args.interpret:
         raise ValueError("--interpret-any-size: only means something with --interpret")
-    if args.interpret and not args.write_defaults:
+    if args.interpret and args.write_defaults is None:
         from codegen import tuned_store
         from codegen.tuning import smoke
 
         smoke.check_out(args.out, tuned_store.REPO_CONFIG_DIR.parent)
+        smoke.check_storage(args.storage, tuned_store.REPO_CONFIG_DIR.parent)
+        smoke.check_candidates(args.candidates)
         if not args.list:  # listing a large grid is how to see it
             smoke.check_size(args, grid)
 
@@ -137,13 +144,14 @@ def _check_candidates(candidates, grid) -> None:
 
 
 def _grid(args, arch: str, device: str) -> list:
+    from codegen.tuning import argparsing as A
     from codegen.tuning import buckets as B
 
-    kernels = [k for k in args.kernels.split(",") if k]
-    if not kernels or any(k not in ("prefill", "decode") for k in kernels):
+    kernels = A.items("--kernels", args.kernels)
+    if any(k not in ("prefill", "decode") for k in kernels):
         raise ValueError(f"--kernels: expected a comma list of prefill, decode; got {args.kernels!r}")
     grid = B.grid(arch=arch, device=device, kernels=kernels, modes=B.parse_modes(args.modes),
-                  layouts=[x for x in args.layouts.split(",") if x],
+                  layouts=A.items("--layouts", args.layouts),
                   decode_buckets=B.parse_ints(args.decode_buckets, "--decode-buckets"),
                   prefill_buckets=B.parse_ints(args.prefill_buckets, "--prefill-buckets"),
                   decode_context=args.decode_context, prefill_prefix=args.prefill_prefix, pattern=args.pattern,
@@ -168,7 +176,9 @@ def _device(args) -> tuple[str, str | None]:
     import torch
 
     if args.interpret:
-        return args.arch, "cpu-interpreter"
+        from codegen.tuning.smoke import DEVICE
+
+        return args.arch, DEVICE
     if not torch.cuda.is_available():
         if args.list:
             return args.arch, None
@@ -186,19 +196,15 @@ def _device(args) -> tuple[str, str | None]:
 
 def _list(args, arch: str, device_name: str | None, grid: list) -> int:
     """--list: what would be tuned and where it would go; touches nothing."""
-    from codegen import tuned_store
-    from codegen.tuning.storage import STUDY_DIR, display_url
+    from codegen.tuning.outputs import run_paths
+    from codegen.tuning.storage import display_url
 
-    out_dir = args.out or tuned_store.REPO_CONFIG_DIR
-    if device_name is None:  # no GPU: the grid is the same on every GPU, the file name is not
-        stem = f"{arch if arch != 'auto' else '<arch>'}__<DEVICE>"
-        print(f"msa-tune: no GPU here; on a GPU this writes {out_dir / (stem + '.json')} "
-              f"(DEVICE: the GPU's normalized name)")
+    out_path, storage = run_paths(args, arch, device_name)
+    if device_name is None:
+        print(f"msa-tune: no GPU here; on a GPU this writes {out_path} (DEVICE: the GPU's normalized name)")
     else:
-        stem = tuned_store.file_name(arch, device_name).removesuffix(".json")
-        print(f"msa-tune: will write {out_dir / (stem + '.json')}")
-    storage = display_url(args.storage) if args.storage else f"sqlite:///{STUDY_DIR / (stem + '.db')}"
-    print(f"msa-tune: studies in {storage}")
+        print(f"msa-tune: will write {out_path}")
+    print(f"msa-tune: studies in {display_url(storage) if args.storage else storage}")  # <DEVICE> unescaped
     print(f"msa-tune: {len(grid)} buckets, up to {args.trials} trials each")
     for b in grid:
         print(f"  {b.label}")
@@ -217,16 +223,24 @@ def main(argv=None) -> int:
         return 141
 
 
+def _bad(exc: Exception) -> int:
+    """A bad argument: one line naming it (the message does), exit code 2."""
+    print(f"msa-tune: {exc}", file=sys.stderr)
+    return 2
+
+
 def _main(argv=None) -> int:
+    """Every subcommand checks in one order: its arguments, then its paths and storage, then the
+    hardware; a bad argument or path is exit 2 before anything is touched (the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["status"], ["export"]):
         from codegen.tuning import status
 
         return status.main(argv)
     if argv[:1] == ["warmup"]:
-        from codegen import warmup
+        from codegen.tuning import warmup_cli
 
-        return warmup.main(argv[1:])
+        return warmup_cli.main(argv[1:])
     if argv[:1] == ["table"]:
         from codegen.tuning import table
 
@@ -237,27 +251,18 @@ def _main(argv=None) -> int:
         return exc.code
     try:
         _check(args)
+        if not args.list and args.write_defaults is None:  # --list touches nothing, so checks no path
+            from codegen.tuning import outputs
+            from codegen.tuning.smoke import DEVICE
+
+            # Before the GPU is asked only the folders are known: the file names hold its name.
+            outputs.check_run_paths(args, args.arch, DEVICE if args.interpret else None)
     except (ValueError, TypeError) as exc:
-        print(f"msa-tune: {exc}", file=sys.stderr)
-        return 2
+        return _bad(exc)
     if args.interpret:
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
-    from codegen import tuned_store
-
-    if args.write_defaults:
-        from codegen.tuning import outputs, publish
-
-        out_path = (args.out or tuned_store.REPO_CONFIG_DIR) / tuned_store.file_name(args.arch, args.write_defaults)
-        try:
-            outputs.check_out(out_path)
-        except ValueError as exc:
-            print(f"msa-tune: {exc}", file=sys.stderr)
-            return 2
-        grid = _grid(args, args.arch, tuned_store.normalize_device_name(args.write_defaults))
-        versions = dict(_versions(), cuda=None, hip=None)
-        publish.write_defaults(out_path, args.arch, args.write_defaults, grid, versions, argv)
-        print(f"msa-tune: wrote unmeasured defaults to {out_path}")
-        return 0
+    if args.write_defaults is not None:
+        return _write_defaults(args, argv)
     try:
         arch, device_name = _device(args)
     except NoDevice as exc:
@@ -267,11 +272,30 @@ def _main(argv=None) -> int:
         try:  # still before anything is touched
             _check_candidates(args.candidates, _grid(args, arch, "check"))
         except (ValueError, TypeError) as exc:
-            print(f"msa-tune: {exc}", file=sys.stderr)
-            return 2
+            return _bad(exc)
     if args.list:
+        from codegen import tuned_store
+
         return _list(args, arch, device_name, _grid(args, arch, tuned_store.normalize_device_name(device_name or "-")))
     return _tune(args, argv, arch, device_name)
+
+
+def _write_defaults(args, argv) -> int:
+    """--write-defaults: the arch defaults as an unmeasured file; no GPU, no database."""
+    from codegen import tuned_store
+    from codegen.tuning import outputs, publish
+
+    out_path = (args.out or tuned_store.REPO_CONFIG_DIR) / tuned_store.file_name(args.arch, args.write_defaults)
+    try:
+        outputs.check_out(out_path)
+        outputs.create_folder("--out", out_path.parent)
+    except ValueError as exc:
+        return _bad(exc)
+    grid = _grid(args, args.arch, tuned_store.normalize_device_name(args.write_defaults))
+    versions = dict(_versions(), cuda=None, hip=None)
+    publish.write_defaults(out_path, args.arch, args.write_defaults, grid, versions, argv)
+    print(f"msa-tune: wrote unmeasured defaults to {out_path}")
+    return 0
 
 
 def _tune(args, argv, arch: str, device_name: str) -> int:
@@ -285,26 +309,22 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
     from codegen.tuning.seeding import seed_configs_from
     from codegen.tuning.settings import TUNER_ID, TuneSettings
     from codegen.tuning.state import TunerState
-    from codegen.tuning.storage import StorageUnavailable, default_url, display_url, startup_failure
+    from codegen.tuning.storage import StorageUnavailable, display_url, startup_failure
     from codegen.tuning.worker import DEFAULT_RUNNER, TrialWorker
 
     versions = _versions()
     device = tuned_store.normalize_device_name(device_name)
     grid = _grid(args, arch, device)
-    out_path = (args.out or tuned_store.REPO_CONFIG_DIR) / tuned_store.file_name(arch, device_name)
-    storage = args.storage or default_url(out_path.stem)
-    if args.seed_from == "auto" and out_path.exists():  # a re-tune starts from the table it replaces
-        try:
-            args.seed_configs = seed_configs_from(out_path, "--seed-from auto")
-        except ValueError as exc:
-            print(f"msa-tune: {exc} (--seed-from none: tune without it)", file=sys.stderr)
-            return 2
-    try:  # every path this run writes, before the first trial (not after the whole tune)
-        outputs.check_out(out_path)
-        outputs.check_storage(storage)
+    try:  # every path this run writes, now with the GPU's name, before the first trial
+        out_path, storage = outputs.check_run_paths(args, arch, device_name)
+        if args.seed_from == "auto" and out_path.exists():  # a re-tune starts from the table it replaces
+            try:
+                args.seed_configs = seed_configs_from(out_path, "--seed-from auto")
+            except ValueError as exc:
+                raise ValueError(f"{exc} (--seed-from none: tune without it)") from None
+        outputs.create_folders(out_path, storage)  # every check passed: the first thing touched
     except ValueError as exc:
-        print(f"msa-tune: {exc}", file=sys.stderr)
-        return 2
+        return _bad(exc)
     print(f"msa-tune: {device_name} ({arch}, normalized {device}), triton {versions['triton']}, torch {versions['torch']}")
     print(f"msa-tune: will write {out_path}")
     print(f"msa-tune: studies in {display_url(storage)}")

@@ -68,16 +68,16 @@ class WarmupReport:
         return f"warm-up: {ok}/{self.jobs} compile jobs in {self.seconds:.1f} s on {self.workers} worker(s)"
 
 
-def head_layout(layout) -> tuple[int, int]:
+def head_layout(layout, what: str = "layouts") -> tuple[int, int]:
     """(q heads, KV heads) of a layout given by name (tp1, tp4, ...) or as the pair itself."""
     if isinstance(layout, str):
         if layout not in HEAD_LAYOUTS:
-            raise ValueError(f"layouts: expected names from {sorted(HEAD_LAYOUTS)} or (q heads, KV heads) pairs, "
+            raise ValueError(f"{what}: expected names from {sorted(HEAD_LAYOUTS)} or (q heads, KV heads) pairs, "
                              f"got {layout!r}")
         return HEAD_LAYOUTS[layout]
     num_q_heads, num_kv_heads = layout
     if num_kv_heads < 1 or num_q_heads % num_kv_heads:
-        raise ValueError(f"layouts: KV heads must divide q heads, got {layout!r}")
+        raise ValueError(f"{what}: KV heads must divide q heads, got {layout!r}")
     return int(num_q_heads), int(num_kv_heads)
 
 
@@ -186,6 +186,37 @@ def _worker(jobs, arch, device, max_model_len, q_dtype_name):
     return results
 
 
+class NoGPU(RuntimeError):
+    """No GPU to compile for (the command's exit code 1)."""
+
+
+def check_arguments(*, layouts, modes, kernels, query_lens, max_model_len: int, workers: int | None,
+                    option=lambda name: name) -> None:
+    """warmup's arguments, checked without a GPU (ValueError naming the argument as `option` spells
+    it: the keyword, or the command line's --flag)."""
+    from .shapes import KV_DTYPES
+    from .variants import SCALE_MODES
+
+    for name, values in (("layouts", layouts), ("modes", modes), ("kernels", kernels), ("query_lens", query_lens)):
+        if not values:
+            raise ValueError(f"{option(name)}: expected at least one")
+    for layout in layouts:
+        head_layout(layout, option("layouts"))
+    for pair in modes:
+        if len(pair) != 2 or pair[0] not in SCALE_MODES or pair[1] not in KV_DTYPES:
+            raise ValueError(f"{option('modes')}: expected scale_mode:kv_dtype pairs of {SCALE_MODES} and "
+                             f"{KV_DTYPES}, got {':'.join(pair)!r}")
+    bad = sorted(set(kernels) - set(TUNABLE_KERNELS))
+    if bad:
+        raise ValueError(f"{option('kernels')}: expected names from {TUNABLE_KERNELS}, got {bad}")
+    if any(not isinstance(n, int) or n < 1 for n in query_lens):
+        raise ValueError(f"{option('query_lens')}: expected positive token counts, got {list(query_lens)}")
+    if max_model_len < 1:
+        raise ValueError(f"{option('max_model_len')}: expected a positive token count, got {max_model_len}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"{option('workers')}: expected >= 1, got {workers}")
+
+
 def warmup(*, layouts=DEFAULT_LAYOUTS, modes=DEFAULT_MODES, kernels=TUNABLE_KERNELS, query_lens=(1,),
            max_model_len: int = 131072, workers: int | None = None, device=None, q_dtype: str = "bf16",
            progress: bool = True, out=sys.stderr) -> WarmupReport:
@@ -198,22 +229,14 @@ def warmup(*, layouts=DEFAULT_LAYOUTS, modes=DEFAULT_MODES, kernels=TUNABLE_KERN
     from .api import device_name as name_of
     from .validate import detect_device_arch
 
-    if not torch.cuda.is_available():
-        raise RuntimeError("no GPU is visible (CUDA/ROCm): the warm-up compiles for one")
+    check_arguments(layouts=layouts, modes=modes, kernels=kernels, query_lens=query_lens,
+                    max_model_len=max_model_len, workers=workers)
+    if not torch.cuda.is_available():  # after the arguments: a bad one is said even without a GPU
+        raise NoGPU("no GPU is visible (CUDA/ROCm): the warm-up compiles for one")
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     arch = detect_device_arch(dev)
-    for name, values in (("kernels", kernels), ("query_lens", query_lens)):
-        if not values:
-            raise ValueError(f"{name}: expected at least one")
-    bad = sorted(set(kernels) - set(TUNABLE_KERNELS))
-    if bad:
-        raise ValueError(f"kernels: expected names from {TUNABLE_KERNELS}, got {bad}")
-    if max_model_len < 1:
-        raise ValueError(f"max_model_len: expected a positive token count, got {max_model_len}")
     jobs = plan_jobs(arch, name_of(dev), layouts=layouts, modes=modes, kernels=kernels, query_lens=query_lens)
     workers = min(16, os.cpu_count() or 1) if workers is None else workers
-    if workers < 1:
-        raise ValueError(f"workers: expected >= 1, got {workers}")
     workers = min(workers, len(jobs)) or 1
     start = time.perf_counter()
     failed = []
@@ -265,42 +288,3 @@ def _progress(total: int, enabled: bool, out):
                 state["said"] = tenth
                 print(f"msa-tune warm-up: {state['done']}/{total} jobs", file=out, flush=True)
         return show
-
-
-def main(argv=None) -> int:
-    """`msa-tune warmup`: the command-line front of `warmup` (exit 0, 1 when a compile failed, 2 on
-    bad arguments)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="msa-tune warmup",
-        description="Compile every kernel the tuned table can pick for a model layout into Triton's cache "
-                    "(TRITON_CACHE_DIR), so that no request waits for a compile.")
-    parser.add_argument("--layouts", default=",".join(DEFAULT_LAYOUTS),
-                        help=f"comma-separated head layouts, of {sorted(HEAD_LAYOUTS)} (default: %(default)s)")
-    parser.add_argument("--modes", default=",".join(f"{m}:{d}" for m, d in DEFAULT_MODES),
-                        help="comma-separated scale_mode:kv_dtype pairs (default: %(default)s)")
-    parser.add_argument("--kernels", default=",".join(TUNABLE_KERNELS), help="prefill, decode or both "
-                        "(default: %(default)s)")
-    parser.add_argument("--query-lens", default="1", help="decode tokens per request, comma-separated "
-                        "(1, or 2..4 with speculative decoding; default: %(default)s)")
-    parser.add_argument("--max-model-len", type=int, default=131072,
-                        help="the server's max_model_len: the block table's width (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="compile processes (default: the CPU count, at most 16)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
-    try:
-        modes = tuple(tuple(pair.split(":")) for pair in args.modes.split(","))
-        if any(len(pair) != 2 for pair in modes):
-            raise ValueError(f"--modes: expected scale_mode:kv_dtype pairs, got {args.modes!r}")
-        report = warmup(layouts=tuple(args.layouts.split(",")), modes=modes, kernels=tuple(args.kernels.split(",")),
-                        query_lens=tuple(int(n) for n in args.query_lens.split(",")),
-                        max_model_len=args.max_model_len, workers=args.workers, progress=not args.quiet)
-    except (ValueError, RuntimeError) as exc:
-        print(f"msa-tune warmup: {exc}", file=sys.stderr)
-        return 2
-    print(report)
-    for description, error in report.failed:
-        print(f"  failed: {description}: {error}")
-    return 1 if report.failed else 0

@@ -16,7 +16,8 @@ keeps the imports free of cycles):
   state      what a worker carries across buckets; claims: the per-bucket finish claim
   storage    the study database and its retries; heartbeats: beats from a trial's start, orphans
   settings   TuneSettings, BucketResult, this worker's id; buckets, space: what is searched
-  status     `msa-tune status` / `export`; table: `msa-tune table`; argparsing: options, one-line errors
-  outputs    --out and --storage writable, checked before the first trial
+  status     `msa-tune status` / `export`; table: `msa-tune table`; warmup_cli: `msa-tune warmup`
+  argparsing options, one-line errors; every subcommand checks arguments, then paths, then hardware
+  outputs    --out and --storage writable (or, to read, existing), checked before anything is created
   smoke      what --interpret may run: a smoke-sized grid, outside the repository
 """

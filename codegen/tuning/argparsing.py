@@ -14,10 +14,19 @@ USAGE = """msa-tune [options]                 tune (see the options below)
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but an error is one line (no usage block): `msa-tune: argument --x: ...`."""
+    """argparse, but an error is one line (no usage block) in every subcommand's format:
+    `msa-tune: argument --x: ... (see msa-tune status --help)`."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"msa-tune: {message} (see {self.prog} --help)\n")
+
+
+def items(name: str, text: str) -> list[str]:
+    """A comma list's items; an empty one ('1,,2', a trailing comma) is a typo, not nothing."""
+    found = text.split(",")
+    if not text or any(not item.strip() for item in found):
+        raise ValueError(f"{name}: expected a comma list without empty items, got {text!r}")
+    return [item.strip() for item in found]
 
 
 def at_least(name: str, value, low, *, what: str = "a number") -> None:
@@ -51,10 +60,15 @@ def database_url(name: str, url: str | None) -> None:
     from sqlalchemy.engine import make_url
 
     try:
-        make_url(url)
+        parsed = make_url(url)
     except sx.ArgumentError:
         # Not echoed: a URL that does not parse may still hold a password.
         raise ValueError(f"{name}: not a database URL SQLAlchemy understands "
+                         f"(e.g. sqlite:////abs/path.db, postgresql+psycopg://user@host/db)") from None
+    try:  # the dialect's module only: its driver is imported when the run connects
+        parsed.get_dialect()
+    except sx.ArgumentError:
+        raise ValueError(f"{name}: not a database URL SQLAlchemy understands: no dialect {parsed.drivername!r} "
                          f"(e.g. sqlite:////abs/path.db, postgresql+psycopg://user@host/db)") from None
 
 

@@ -5,6 +5,7 @@ import dataclasses
 
 from ..shapes import HEAD_LAYOUTS, KV_DTYPES
 from ..variants import PAGE_SIZE, SCALE_MODES
+from .argparsing import items
 
 # Prefill's two launch paths, each with its own study per bucket: multi-token tiles (block_t >= 1,
 # timed on correlated selections, where neighbouring tokens share blocks) and the per-token path
@@ -75,7 +76,7 @@ def parse_label(label: str) -> tuple[str, int, str]:
 def parse_modes(text: str) -> list[tuple[str, str]]:
     """'scalar:fp8,none:bf16' -> [("scalar", "fp8"), ("none", "bf16")]."""
     pairs = []
-    for item in filter(None, text.split(",")):
+    for item in items("--modes", text):
         mode, _, kv = item.partition(":")
         if mode not in SCALE_MODES or kv not in KV_DTYPES:
             raise ValueError(f"--modes: expected items MODE:KV_DTYPE with MODE in {SCALE_MODES} and KV_DTYPE in "
@@ -87,19 +88,20 @@ def parse_modes(text: str) -> list[tuple[str, str]]:
 
 
 def parse_ints(text: str, what: str) -> list[int]:
+    listed = items(what, text)
     try:
-        values = [int(x) for x in text.split(",") if x]
+        values = [int(x) for x in listed]
     except ValueError:
         raise ValueError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
+    if min(values) < 1:
         raise ValueError(f"{what}: expected positive integers, got {text!r}")
     return values
 
 
 def parse_paths(text: str) -> list[str]:
     """'tiled,per_token' -> ["tiled", "per_token"] (--prefill-paths)."""
-    paths = [x for x in text.split(",") if x]
-    if not paths or any(p not in PATHS for p in paths):
+    paths = items("--prefill-paths", text)
+    if any(p not in PATHS for p in paths):
         raise ValueError(f"--prefill-paths: expected a comma list of {', '.join(PATHS)}; got {text!r}")
     return paths
 

@@ -9,7 +9,7 @@ from .. import tuned_store
 from ..configs import LaunchConfig
 from ..loader import buckets_by_distance
 from .buckets import Bucket
-from .space import bucket_ws_gqa, config_key, default_for, enumerate_space, for_path, normalize, params_of
+from .space import bucket_space, bucket_ws_gqa, config_key, default_for, for_path, normalize, params_of
 
 
 def seed(study, bucket: Bucket, space_keys: set[str], neighbours=None, seeds=()) -> None:
@@ -45,6 +45,8 @@ def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None
         return state.studies[study_name]
     seeds = dict((settings.seed_configs or {}).get((bucket.table_key, bucket.path), []))  # tokens -> config
     seeds = [seeds[tokens] for tokens in buckets_by_distance(seeds, bucket.tokens)]  # nearest first, as the loader
+    if bucket_ws_gqa(bucket) is None:  # e.g. a GPU's Gluon tile seeding an interpreter run: it cannot run there
+        seeds = [c for c in seeds if not c.warp_specialize]
     transferred = None
     if settings.candidates is None and leaders is not None:
         transferred = leaders()
@@ -60,9 +62,7 @@ def open_study(bucket: Bucket, study_name: str, settings, state, neighbours=None
         listed = [normalize(for_path(c, bucket.path, bucket.arch)) for c in listed]
         space = list({config_key(c): c for c in [default_for(bucket)] + listed}.values())
     else:
-        space = enumerate_space(bucket.arch, bucket.kernel, num_q_heads=bucket.num_q_heads,
-                                num_kv_heads=bucket.num_kv_heads, topk=bucket.topk, kv_dtype=bucket.kv_dtype,
-                                path=bucket.path, scale_mode=bucket.scale_mode)
+        space = bucket_space(bucket)
     exhaustive = len(space) <= settings.trials
     # One seed per table: the buckets of a table propose the same points, so their kernels (which do
     # not depend on the token count) compile once for the whole table; different tables (other

@@ -6,7 +6,9 @@ import itertools
 import json
 
 from ..configs import LaunchConfig, default_config, per_token_twin, validate_config, ws_config
+from ..tuned_store import normalize_device_name
 from ..variants import get_arch, has_variant
+from .smoke import DEVICE as INTERPRETER
 
 # Choices per parameter. Order matters only for readability of the study.
 _COMMON = {"block_n": (32, 64, 128), "num_warps": (4, 8), "num_stages": (1, 2, 3)}
@@ -36,8 +38,19 @@ def ws_gqa(arch: str, kernel: str, scale_mode: str | None, kv_dtype: str, num_q_
 
 
 def bucket_ws_gqa(bucket) -> int | None:
+    """ws_gqa of a bucket's study; None under the Triton interpreter, where the Gluon tile cannot
+    run (every such trial would fail with "needs a GPU")."""
+    if bucket.device == normalize_device_name(INTERPRETER):
+        return None
     return ws_gqa(bucket.arch, bucket.kernel, bucket.scale_mode, bucket.kv_dtype, bucket.num_q_heads,
                   bucket.num_kv_heads, bucket.path)
+
+
+def bucket_space(bucket) -> list[LaunchConfig]:
+    """enumerate_space of a bucket's study: the Gluon tile's configs only where bucket_ws_gqa allows them."""
+    return enumerate_space(bucket.arch, bucket.kernel, num_q_heads=bucket.num_q_heads, num_kv_heads=bucket.num_kv_heads,
+                           topk=bucket.topk, kv_dtype=bucket.kv_dtype, path=bucket.path,
+                           scale_mode=bucket.scale_mode if bucket_ws_gqa(bucket) else None)
 
 
 def choices(arch: str, kernel: str, topk: int = 16, kv_dtype: str = "bf16", path: str = "tiled",

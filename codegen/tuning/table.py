@@ -7,7 +7,6 @@ from the arch default. Reads only the JSON (no study database, no GPU).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import statistics
@@ -15,6 +14,7 @@ import sys
 
 from ..configs import LaunchConfig
 from ..tuned_store import PER_TOKEN, REPO_CONFIG_DIR, validate_document
+from .argparsing import Parser
 
 
 def _changed(config: dict) -> str:
@@ -59,18 +59,27 @@ def markdown(doc: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="msa-tune table", description=__doc__.splitlines()[0])
-    p.add_argument("files", nargs="*", type=pathlib.Path, help="tuned-config JSON files (default: every measured "
-                   "file in tuned_configs/)")
-    args = p.parse_args(argv)
+    p = Parser(prog="msa-tune table", description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="*", type=pathlib.Path, metavar="FILE",
+                   help="tuned-config JSON files (default: every measured file in tuned_configs/)")
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:  # --help (0), or a bad argument: its one line is printed already (2)
+        return exc.code
     files = args.files or sorted(REPO_CONFIG_DIR.glob("*.json"))
-    for path in files:
+    docs = []
+    for path in files:  # every file read before the first line is printed
         try:
             doc = json.loads(path.read_text())
             validate_document(doc)
-        except (OSError, ValueError) as exc:
-            print(f"msa-tune table: {path}: {exc}", file=sys.stderr)
+        except OSError as exc:
+            print(f"msa-tune: FILE: cannot read {path} ({exc.strerror})", file=sys.stderr)
             return 2
+        except ValueError as exc:
+            print(f"msa-tune: FILE: {path} is not a tuned-config file ({exc})", file=sys.stderr)
+            return 2
+        docs.append((path, doc))
+    for path, doc in docs:
         if not args.files and not any(t["provenance"].get("measured") for t in doc["tables"].values()):
             continue
         prov = next(iter(doc["tables"].values()))["provenance"]
