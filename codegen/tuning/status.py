@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
                            help="print again every SECONDS until interrupted (default: once)")
         else:
             s.add_argument("--out", type=pathlib.Path, default=None,
-                           help="config folder (default: the repo's tuned_configs/)")
+                           help="config folder, created (and said) if missing (default: the repo's tuned_configs/; "
+                                "an --interpret run's studies: a folder outside the repository)")
             s.add_argument("--any-sources", action="store_true",
                            help="also export studies of other kernel sources than this checkout's (stale)")
     return p
@@ -62,7 +63,30 @@ def _default_storage() -> str:
     return f"sqlite:///{found[0].resolve()}"
 
 
+def _check(args) -> None:
+    """The arguments' values (ValueError naming the argument), before the database is opened."""
+    from .argparsing import above, at_least, database_url
+
+    at_least("--db-retries", args.db_retries, 0, what="an integer")
+    at_least("--db-retry-seconds", args.db_retry_seconds, 0)
+    if args.command == "status":
+        at_least("--recent", args.recent, 0)
+        above("--watch", args.watch, 0)
+    database_url("--storage", args.storage)
+
+
+def _check_paths(args, url: str) -> None:
+    """What exists and what can be written, before the database is opened: these commands only read
+    the study database, so a missing SQLite file is a mistyped path; export's --out must take files."""
+    from .outputs import check_existing_study, check_folder
+
+    check_existing_study(url)
+    if args.command == "export" and args.out is not None:
+        check_folder("--out", args.out)
+
+
 def main(argv: list[str]) -> int:
+    """`msa-tune status|export`: arguments, then paths, then the database (exit codes: tune.py's)."""
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help (0), or a bad argument: its one line is printed already (2)
@@ -70,7 +94,9 @@ def main(argv: list[str]) -> int:
     from .storage import DbRetry
 
     try:
+        _check(args)
         url = args.storage or _default_storage()
+        _check_paths(args, url)
         storage = open_storage(url, retry=DbRetry(url, args.db_retries, args.db_retry_seconds))
     except (StorageUnavailable, OptunaIncompatible, ValueError) as exc:
         return startup_failure(exc)
@@ -83,9 +109,17 @@ def main(argv: list[str]) -> int:
                 return 0
             time.sleep(args.watch)
             print()
+    except ValueError as exc:  # export: a finished study that may not go where --out points
+        print(f"msa-tune: {exc}", file=sys.stderr)
+        return 2
     except StorageUnavailable as exc:
         print(f"msa-tune: {exc}", file=sys.stderr)
         return 3
+    except OSError as exc:  # export: e.g. --out filled up mid-write (each file is written atomically)
+        if isinstance(exc, BrokenPipeError):
+            raise  # the reader left: tune.main ends quietly
+        print(f"msa-tune: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 0
 
@@ -267,6 +301,11 @@ def export(storage, out_dir: pathlib.Path | None = None, any_sources: bool = Fal
                 str(result["tokens"]), path)
         if slot not in chosen or result.get("finished_at", "") >= chosen[slot].get("finished_at", ""):
             chosen[slot] = result
+    _check_interpreter_out(chosen.values(), out_dir)
+    if chosen:
+        from .outputs import create_folder
+
+        create_folder("--out", out_dir, log)
     written: dict[pathlib.Path, int] = {}
     for (name, table, tokens, bucket_path), result in sorted(chosen.items(),
                                                              key=lambda kv: kv[1].get("finished_at", "")):
@@ -283,3 +322,16 @@ def export(storage, out_dir: pathlib.Path | None = None, any_sources: bool = Fal
         log("msa-tune: no finished bucket in the database (a study finished before results were recorded in it "
             "needs one more `msa-tune` run with the same arguments)")
     return list(written)
+
+
+def _check_interpreter_out(results, out_dir: pathlib.Path) -> None:
+    """Studies of an --interpret run export outside the repository, as that run writes: a CPU table in
+    tuned_configs/ is what the runtime would load for the CPU (ValueError naming --out)."""
+    from .. import tuned_store
+    from .smoke import DEVICE, inside
+
+    repo = tuned_store.REPO_CONFIG_DIR.parent
+    cpu = sum(r["device_name"] == DEVICE for r in results)
+    if cpu and inside(out_dir, repo):
+        raise ValueError(f"--out: {cpu} finished studies ran under the Triton interpreter ({DEVICE}); their table "
+                         f"goes to a folder outside the repository {repo}, got {out_dir} (export --out DIR)")

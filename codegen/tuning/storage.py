@@ -9,10 +9,16 @@ import pathlib
 import sys
 import threading
 import time
+import warnings
 
 import optuna
 
 from .heartbeats import OptunaIncompatible, beat_from_the_start, rdb_models
+
+# Heartbeats and their stale-trial callback (open_storage) are features Optuna marks experimental,
+# chosen on purpose (heartbeats.py); every command that opens the database (tune, status, export)
+# comes through here, and the warnings say nothing a user can act on.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 # Default home of the SQLite study files: the repository's, like tuned_configs/, so that a run, its
 # resume and `msa-tune status` find the same file from any working directory.
