@@ -13,7 +13,6 @@ import math
 
 import torch
 
-from .reference import read_mask
 from .shapes import torch_dtype
 from .variants import PAGE_SIZE
 
@@ -102,6 +101,15 @@ def _junk_ids(gen, kind, shape, own, blocks, device):
     raise ValueError(f"tail: expected one of {TAILS}, got {kind!r}")
 
 
+def _entries_read(q_pos: torch.Tensor, topk: int) -> torch.Tensor:
+    """[T, topk] bool: the entries of each row that its token (at position q_pos) reads, by the
+    contract's formula min(topk, p // 128 + 1). Written here on purpose rather than taken from
+    codegen.reference, which the runtime shares: inputs built by the runtime's own count would move
+    with it if that count were wrong."""
+    n = torch.clamp(q_pos // PAGE_SIZE + 1, max=topk)
+    return torch.arange(topk, device=q_pos.device)[None, :] < n[:, None]
+
+
 def _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, future_prob, tail="own",
             inner_junk=0.0):
     """Top-k logical blocks per (KV head, query row): [Hkv, T, topk] int32.
@@ -144,7 +152,7 @@ def _select(gen, q_pos, req_of_row, blocks_of_req, num_kv_heads, topk, pattern, 
     ids = torch.gather(ids, -1, key.argsort(dim=-1))
     shape = ids.shape
     blocks = blocks_of_req[req_of_row][None, :, None]
-    read = read_mask(q_pos + 1, topk)[None]  # [1, T, topk]: the entries each row's token reads
+    read = _entries_read(q_pos, topk)[None]  # [1, T, topk]: the entries each row's token reads
     ids = torch.where(read, ids, _junk_ids(gen, tail, shape, own, blocks, dev))
     if inner_junk:
         junk = _junk_ids(gen, "mixed", shape, own, blocks, dev)

@@ -6,13 +6,29 @@ from __future__ import annotations
 
 import torch
 
-from . import validate
 from .variants import PAGE_SIZE
+
+
+def _scale_mode(k_scale, v_scale) -> str:
+    """The scale mode read off the scales' shapes (docs/contract.md, "Scale modes"): none, one
+    element each, or [Hkv, N] each. Not validate.scale_mode_of on purpose: the API picks its kernel
+    with that one, and a reference sharing it would agree with a wrong pick. The reference assumes
+    valid scales (the API's checks refuse the rest); it only refuses what it cannot read."""
+    if k_scale is None and v_scale is None:
+        return "none"
+    if k_scale is None or v_scale is None:
+        raise ValueError("k_scale, v_scale: the reference takes both scales or neither")
+    if k_scale.numel() == 1 and v_scale.numel() == 1:
+        return "scalar"
+    if k_scale.dim() == 2 and v_scale.dim() == 2:
+        return "per_token_head"
+    raise ValueError(f"k_scale, v_scale: expected one element each or [Hkv, N] each, got shapes "
+                     f"{tuple(k_scale.shape)} and {tuple(v_scale.shape)}")
 
 
 def _dequantized_kv(kv_cache: torch.Tensor, k_scale, v_scale, dtype: torch.dtype):
     """K and V as [num_blocks, Hkv, 128, D] in `dtype`, with the scales applied element-wise."""
-    mode = validate.scale_mode_of(kv_cache, k_scale, v_scale)
+    mode = _scale_mode(k_scale, v_scale)
     head_dim = kv_cache.shape[3] // 2
     kv = kv_cache.to(dtype)
     k, v = kv[..., :head_dim], kv[..., head_dim:]
