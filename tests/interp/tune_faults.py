@@ -80,3 +80,16 @@ def timed_by_config(request: dict) -> dict:
     c = request["config"]
     t = 100.0 + c["block_n"] / 8 + 3 * c["num_warps"] + 7 * c["num_stages"] + 11 * c["num_splits"] + c["kv_upcast"]
     return dict(ok=True, time_us=t, p10_us=t, p90_us=t, calls=1, replays=1, rel_l2=0.0, max_abs=0.0)
+
+
+def candidate_at_fraction(request: dict) -> dict:
+    """No kernel: the bucket's default config times 100 us, every other config 100 us times
+    TUNE_TEST_FRACTION, in the search and in the confirmation alike (for the confirmation margin)."""
+    from codegen.configs import LaunchConfig
+    from codegen.tuning.buckets import Bucket
+    from codegen.tuning.space import config_key, default_for
+
+    default = default_for(Bucket(**request["bucket"]))
+    is_default = config_key(LaunchConfig.from_dict(request["config"])) == config_key(default)
+    t = 100.0 if is_default else 100.0 * float(os.environ["TUNE_TEST_FRACTION"])
+    return dict(ok=True, time_us=t, p10_us=t, p90_us=t, calls=1, replays=1, rel_l2=0.0, max_abs=0.0)
