@@ -29,12 +29,23 @@ def _decode(**change):
     return case, dict(case.args, **change)
 
 
+LAUNCHED: list = []  # this test's launches (conftest.py's spy on the generated modules' launch())
+
+
+@pytest.fixture(autouse=True)
+def _spied(launches):
+    global LAUNCHED
+    LAUNCHED = launches
+
+
 def _raises(fn, args, exc, pattern, **kw):
     case_output = args["output"]
     poisoned = case_output.clone()
+    before = len(LAUNCHED)
     with pytest.raises(exc, match=pattern):
         fn(**args, **kw)
-    assert torch.equal(case_output.isnan(), poisoned.isnan()), "nothing may be launched before the error"
+    assert LAUNCHED[before:] == [], "nothing may be launched before the error"
+    assert torch.equal(case_output.isnan(), poisoned.isnan()), "nothing may be written before the error"
 
 
 def test_wrong_q_dtype():
@@ -80,7 +91,7 @@ def test_scale_dtype():
 def test_scales_on_bf16_cache():
     case, args = _decode()
     args["kv_cache"] = args["kv_cache"].to(torch.bfloat16)
-    _raises(sparse_attn_decode, args, ValueError, r"only an fp8 kv_cache takes scales", arch="sm90")
+    _raises(sparse_attn_decode, args, ValueError, r"^k_scale/v_scale: only an fp8 kv_cache takes scales", arch="sm90")
 
 
 @pytest.mark.parametrize("arch,wrong", [("sm90", torch.float8_e4m3fnuz), ("gfx942", torch.float8_e4m3fn)])

@@ -45,12 +45,23 @@ def _i32(values):
     return torch.tensor(values, dtype=torch.int32)
 
 
+LAUNCHED: list = []  # this test's launches (conftest.py's spy on the generated modules' launch())
+
+
+@pytest.fixture(autouse=True)
+def _spied(launches):
+    global LAUNCHED
+    LAUNCHED = launches
+
+
 def _refused(fn, args, message):
     poisoned = args["output"].isnan().clone()
+    before = len(LAUNCHED)
     with pytest.raises(ValueError) as caught:
         fn(**args, arch="sm90")
     assert str(caught.value) == message
-    assert torch.equal(args["output"].isnan(), poisoned), "nothing may be launched before the error"
+    assert LAUNCHED[before:] == [], "nothing may be launched before the error"
+    assert torch.equal(args["output"].isnan(), poisoned), "nothing may be written before the error"
 
 
 def _table_with(args, row, col, page):
