@@ -113,12 +113,13 @@ def test_the_reference_reads_exactly_the_contract_s_entries_at_the_page_boundary
 
 
 def test_cases_fill_exactly_the_entries_past_the_contract_s_count():
-    """cases builds its rows with its own count: at 127 one entry is read, at 128 and 129 two."""
+    """cases builds its rows with its own count: at 127 one entry is read, at 128 and 129 two; the
+    tail repeats the own block (vLLM's fill), where a row with too few picks would hold -1."""
     case = cases.prefill_case(arch="sm90", q_lens=[3], prefix_lens=[127], num_q_heads=2, num_kv_heads=1,
-                              head_dim=16, topk=TOPK, tail="-1", future_prob=0.0, seed=1)
+                              head_dim=16, topk=TOPK, tail="own", future_prob=0.0, seed=1)
     rows = case.args["topk_idx"][0].tolist()
-    assert rows[0] == [0, -1, -1], rows
-    assert sorted(rows[1][:2]) == sorted(rows[2][:2]) == [0, 1] and rows[1][2] == rows[2][2] == -1, rows
+    assert rows[0] == [0, 0, 0], rows
+    assert sorted(rows[1][:2]) == sorted(rows[2][:2]) == [0, 1] and rows[1][2] == rows[2][2] == 1, rows
 
 
 def _dequantized(args) -> torch.Tensor:
