@@ -132,6 +132,10 @@ run_part() {
              | paste -sd, - | sed 's/,/, /g')
   fi
   [ -n "$counts" ] && RESULT[$part]+=" ($counts)"
+  if [ "$part" = tests ] && [ "$rc" -eq 0 ] && ! grep -qE '(^|[^0-9])[1-9][0-9]* passed' <<< "$counts"; then
+    rc=5  # exit 0 with nothing passed: every GPU test skipped (no GPU seen) or none collected
+    RESULT[$part]+=" no GPU test passed"
+  fi
   if [ "$rc" -ne 0 ]; then
     FAILED=1
     RESULT[$part]+=" FAILED (rc $rc$([ "$rc" -eq 124 ] && echo ", timed out after ${!limit_var}s"))"

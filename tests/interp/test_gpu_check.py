@@ -47,6 +47,14 @@ def test_the_fuzz_part_reports_its_cases_and_fails_on_a_failed_case(tmp_path):
     assert proc.returncode == 1 and "fuzz" in last and "(612 cases, 1 failed) FAILED (rc 1)" in last
 
 
+@pytest.mark.parametrize("printed", ["404 skipped in 6.0s", "no tests ran in 0.5s"])
+def test_gpu_tests_that_all_skipped_or_never_ran_fail_the_check(tmp_path, printed):
+    """Issue 39: on a machine without a GPU, pytest skips every GPU test and exits 0."""
+    proc, _ = _run(tmp_path, "--only", "tests", tests=f'echo "{printed}"; exit 0')
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 1 and last.startswith("gpu_check: FAILED tests ") and "no GPU test passed" in last
+
+
 def test_passing_parts_pass(tmp_path):
     proc, _ = _run(tmp_path, "--only", "tune,bench", tune="true", bench="true")
     assert proc.returncode == 0
