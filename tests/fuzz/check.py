@@ -15,14 +15,20 @@ import torch
 from . import oracle
 from .draw import CANARY, Built, Draw, build, draw
 
-# (whole-output relative L2, worst row's relative L2) by query dtype. A row is one (token, head):
-# its error over max(its norm, a tenth of the median row norm).
+# (whole-output relative L2, worst row's relative L2, unit roundoff u) by query dtype. A row is one
+# (token, head): its error over max(its norm, a tenth of the median row norm).
 #  - fp32 (the interpreter): every operand is exact in fp32, a correct kernel lands near 1e-7.
-#  - bf16 / fp16: q, the probabilities (times the per-token V scales) and the output are rounded to
+#  - bf16 / fp16: the probabilities (times the per-token V scales) and the output are rounded to
 #    8 / 11 mantissa bits: about 2^-9 / 2^-12 relative each; the contract's whole-output gates
 #    (docs/contract.md) and a row gate 4x looser, far under what one wrongly scaled or masked key
 #    of a row moves it by (> 1e-1).
-TOLERANCES = {"fp32": (1e-5, 4e-5), "bf16": (1e-2, 4e-2), "fp16": (5e-3, 2e-2)}
+#  - plus, on both gates, the scores' rounding: K (or K times its per-token scale) enters the dot in a
+#    16-bit type, an error of u * |q| * |k| a score (a 16-bit cache of the other type than q's, or
+#    fp16 MMAs' scaled K). It is allowed at ROUNDING_SIGMAS times the oracle's sensitivity (the
+#    expected output move, oracle.py): outlier queries (a few entries 10-30x the rest) make it
+#    several percent of a peaked row (issue 35), the other rows' a fraction of the row gate.
+TOLERANCES = {"fp32": (1e-5, 4e-5, 2.0 ** -24), "bf16": (1e-2, 4e-2, 2.0 ** -9), "fp16": (5e-3, 2e-2, 2.0 ** -12)}
+ROUNDING_SIGMAS = 8.0  # the expected move is about a standard deviation (CPU test: rows reached 5.6); millions of rows meet its tail
 
 
 @dataclasses.dataclass
@@ -32,13 +38,14 @@ class Result:
     ok: bool
     rel_l2: float = float("nan")
     worst_row: float = float("nan")
+    gate: float = float("nan")  # the largest error over its tolerance, whole output or row (<= 1 passes)
     seconds: float = 0.0
     failure: str = ""
 
     def line(self) -> str:
         verdict = "PASS" if self.ok else "FAIL"
         text = (f"{verdict} seed={self.seed} rel_l2={self.rel_l2:.2e} worst_row={self.worst_row:.2e} "
-                f"{self.seconds:.2f}s {self.case}")
+                f"gate={self.gate:.2f} {self.seconds:.2f}s {self.case}")
         if not self.ok:
             text += f"\n     {self.failure}\n     re-run alone: python -m tests.fuzz.run --seed {self.seed}"
         return text
@@ -79,39 +86,47 @@ def _poison(b: Built) -> None:
     b.args["output"].fill_(float("nan"))
 
 
-def judge(d: Draw, b: Built, expected: torch.Tensor) -> tuple[float, float, str]:
-    """(rel L2, worst row's rel L2, why it fails or "")."""
+def judge(d: Draw, b: Built, expected) -> tuple[float, float, float, str]:
+    """(rel L2, worst row's rel L2, the largest error over its tolerance, why it fails or "").
+    expected: the oracle's (output, sensitivity)."""
     out = b.args["output"].to(torch.float64)
-    ref = expected.to(out.device)
-    rel_tol, row_tol = TOLERANCES[d.q_dtype]
+    ref, sens = (x.to(out.device) for x in expected)
+    rel_tol, row_tol, unit = TOLERANCES[d.q_dtype]
+    nan = float("nan")
     canary = b.output_base.clone()
     canary[..., :d.head_dim] = CANARY
     if not bool((canary == CANARY).all()):
-        return float("nan"), float("nan"), "a byte of the output's buffer outside the output view was written"
+        return nan, nan, nan, "a byte of the output's buffer outside the output view was written"
     bad = int((~torch.isfinite(out)).sum())
     if bad:
-        return float("nan"), float("nan"), f"{bad} output elements non-finite (left NaN or produced)"
+        return nan, nan, nan, f"{bad} output elements non-finite (left NaN or produced)"
     if bool(b.padded.any()) and bool(out[b.padded].ne(0).any()):
-        return float("nan"), float("nan"), "a padded decode row is not zero"
+        return nan, nan, nan, "a padded decode row is not zero"
     diff = out - ref
+    allowed = ROUNDING_SIGMAS * unit * sens  # the scores' rounding, per row
     rel = float(diff.norm() / ref.norm().clamp_min(1e-30))
+    whole = float(diff.norm() / (rel_tol * ref.norm() + allowed.norm()).clamp_min(1e-30))
     row_norm = ref.norm(dim=-1)
     floor = 0.1 * float(row_norm[~b.padded].median()) if bool((~b.padded).any()) else 1.0
-    row_err = diff.norm(dim=-1) / row_norm.clamp_min(max(floor, 1e-30))
-    worst = float(row_err.max()) if row_err.numel() else 0.0
+    row_scale = row_norm.clamp_min(max(floor, 1e-30))
+    row_err = diff.norm(dim=-1)
+    row_gate = row_err / (row_tol * row_scale + allowed)
+    worst = float((row_err / row_scale).max()) if row_err.numel() else 0.0
+    gate = max(whole, float(row_gate.max()) if row_gate.numel() else 0.0)
     why = [] if torch.isfinite(ref).all() else ["the reference is not finite (a tester fault)"]
-    if not rel <= rel_tol:  # NaN fails too
-        why.append(f"rel L2 {rel:.2e} > {rel_tol:.0e}")
-    if not worst <= row_tol:
-        t, h = divmod(int(row_err.argmax()), row_err.shape[1])
-        why.append(f"row (token {t}, head {h}) rel L2 {worst:.2e} > {row_tol:.0e}")
-    return rel, worst, "; ".join(why)
+    if not whole <= 1.0:  # NaN fails too
+        why.append(f"rel L2 {rel:.2e} > {rel_tol:.0e} + the scores' rounding ({whole:.2f}x the tolerance)")
+    if not float(row_gate.max() if row_gate.numel() else 0.0) <= 1.0:
+        t, h = divmod(int(row_gate.argmax()), row_gate.shape[1])
+        why.append(f"row (token {t}, head {h}) rel L2 {float(row_err[t, h] / row_scale[t, h]):.2e} > {row_tol:.0e} + "
+                   f"the scores' rounding {float(allowed[t, h] / row_scale[t, h]):.1e}")
+    return rel, worst, gate, "; ".join(why)
 
 
 def _expected(b: Built) -> torch.Tensor:
     a = b.args
     return oracle.attention(a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], b.token_req, b.token_pos,
-                            a["sm_scale"], a["k_scale"], a["v_scale"])
+                            a["sm_scale"], a["k_scale"], a["v_scale"], sensitivity=True)
 
 
 def _copy_data(dst: Built, src: Built) -> None:
@@ -134,8 +149,8 @@ def run_case(seed: int, profile: str = "gpu", device="cuda") -> Result:
         fp8 = get_arch(arch).fp8_dtype
         first = build(d, device, 2 * seed + 1, fp8)
         checks = _run_call(d, first, lambda: build(d, device, 2 * seed + 2, fp8), "sm90" if on_cpu else None)
-        rel, worst, why = max(checks, key=lambda c: (bool(c[2]), c[1]))
-        result.rel_l2, result.worst_row, result.failure, result.ok = rel, worst, why, not why
+        rel, worst, gate, why = max(checks, key=lambda c: (bool(c[3]), c[2]))
+        result.rel_l2, result.worst_row, result.gate, result.failure, result.ok = rel, worst, gate, why, not why
     except Exception as exc:  # an error for valid arguments is a failure, with its trace
         result.failure = f"raised {type(exc).__name__}: {exc}\n" + traceback.format_exc(limit=6)
     result.seconds = time.perf_counter() - start

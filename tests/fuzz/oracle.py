@@ -2,7 +2,14 @@
 codegen): token t at position p, query head h of KV head g reads the first min(topk, p // 128 + 1)
 entries of its top-k row; an entry b with 0 <= b <= p // 128 contributes the keys b * 128 + j <= p
 of page block_table[req, b] (an entry listed twice counts twice); the output is
-softmax(q . k * sm_scale) @ v over them, zeros for a row with no key (a padded decode row)."""
+softmax(q . k * sm_scale) @ v over them, zeros for a row with no key (a padded decode row).
+
+With `sensitivity=True` it also gives, per row, how far the output moves when the scores' operands
+are rounded: a kernel's tensor-core dots take q and K in a 16-bit type, so score j carries an error
+of about u * s_j, s_j = sm_scale * ||q o k_j|| (elementwise product, L2; u the type's unit roundoff),
+independent between keys; to first order the output then moves by sum_j p_j e_j (v_j - o), whose
+expected norm is u * sqrt(sum_j p_j^2 s_j^2 ||v_j - o||^2). That sqrt is the row's sensitivity. It
+grows with |q| * |k|: queries with outlier entries make it large (issue 35)."""
 from __future__ import annotations
 
 import torch
@@ -21,13 +28,15 @@ def _scale_rows(scale, g, slots):
 
 
 def attention(q, kv_cache, topk_idx, block_table, token_req, token_pos, sm_scale, k_scale=None, v_scale=None,
-              *, budget_bytes: int = 1 << 29) -> torch.Tensor:
-    """fp64 output [T, Hq, D]. token_req / token_pos: [T] long, the request and position of each
-    query row (position -1: a padded row, zeros). Chunked over tokens to hold about budget_bytes."""
+              *, sensitivity: bool = False, budget_bytes: int = 1 << 29):
+    """fp64 output [T, Hq, D] (and with sensitivity=True, each row's [T, Hq], see above).
+    token_req / token_pos: [T] long, the request and position of each query row (position -1: a
+    padded row, zeros). Chunked over tokens to hold about budget_bytes."""
     total_q, hq, d = q.shape
     hkv, _, topk = topk_idx.shape
     group = hq // hkv
     out = torch.zeros(total_q, hq, d, dtype=torch.float64, device=q.device)
+    sens = torch.zeros(total_q, hq, dtype=torch.float64, device=q.device)
     per_token = topk * PAGE * d * 8 * 3  # K, V and their scaled copies, fp64
     chunk = max(1, budget_bytes // per_token)
     slot = torch.arange(PAGE, device=q.device)
@@ -57,5 +66,11 @@ def attention(q, kv_cache, topk_idx, block_table, token_req, token_pos, sm_scale
             scores = torch.einsum("tgd,tknd->tgkn", qg, k) * sm_scale
             scores = scores.masked_fill(~seen[:, None], float("-inf")).flatten(2)
             probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a row with no key: zeros
-            out[rows, g * group:(g + 1) * group] = torch.einsum("tgs,tsd->tgd", probs, v.flatten(1, 2))
-    return out
+            o = torch.einsum("tgs,tsd->tgd", probs, v.flatten(1, 2))
+            out[rows, g * group:(g + 1) * group] = o
+            if sensitivity:
+                s2 = torch.einsum("tgd,tknd->tgkn", qg * qg, k * k).flatten(2) * sm_scale ** 2
+                v_o = torch.einsum("tknd,tgd->tgkn", v, o).flatten(2)
+                dist2 = ((v * v).sum(-1).flatten(1)[:, None] - 2 * v_o + (o * o).sum(-1)[..., None]).clamp_min(0)
+                sens[rows, g * group:(g + 1) * group] = (probs * probs * s2 * dist2).sum(-1).sqrt()
+    return (out, sens) if sensitivity else out

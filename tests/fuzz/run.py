@@ -152,8 +152,10 @@ def _summary(lines, died, min_cases, seconds) -> int:
     failed = [r for r in lines if not r["ok"]]
     kinds = collections.Counter(r["case"].split(" ")[0] for r in lines)
     worst = max((r["worst_row"] for r in lines if r["ok"]), default=float("nan"))
+    closest = max((r["gate"] for r in lines if r["ok"]), default=float("nan"))
     print(f"tests.fuzz.run: {len(lines)} cases ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}), "
-          f"{len(failed)} failed, worst passing row rel L2 {worst:.2e}, {seconds:.0f} s")
+          f"{len(failed)} failed, worst passing row rel L2 {worst:.2e}, closest to its gate {closest:.2f}, "
+          f"{seconds:.0f} s")
     for record in failed:
         print(f"  FAILED seed={record['seed']}: {record['failure'].splitlines()[0] if record['failure'] else ''}")
     for line in died:

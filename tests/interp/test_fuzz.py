@@ -28,7 +28,7 @@ def test_the_oracle_agrees_with_codegen_reference(seed):
     b = draw.build(d, "cpu", seed, torch.float8_e4m3fn)
     a = {**b.args, "output": None}
     ref = (reference_prefill if d.kernel == "prefill" else reference_decode)(**a)
-    mine = check._expected(b)
+    mine = check._expected(b)[0]
     torch.testing.assert_close(mine[~b.padded], ref[~b.padded].to(torch.float64), rtol=1e-9, atol=1e-9)
 
 
@@ -106,19 +106,19 @@ def test_a_padded_row_not_zero_and_a_write_past_the_view_fail():
                             padded_rows=2, views=("padded_output",), selection=None)
     b = draw.build(d, "cpu", 3, torch.float8_e4m3fn)
     expected = check._expected(b)
-    b.args["output"].copy_(expected.to(b.args["output"].dtype))
-    assert check.judge(d, b, expected)[2] == ""
+    b.args["output"].copy_(expected[0].to(b.args["output"].dtype))
+    assert check.judge(d, b, expected)[3] == ""
     b.args["output"][-1, 0, 0] = 1.0
-    assert "padded decode row" in check.judge(d, b, expected)[2]
+    assert "padded decode row" in check.judge(d, b, expected)[3]
     b.args["output"][-1, 0, 0] = 0.0
     b.output_base[0, 0, -1] = 0.0
-    assert "outside the output view" in check.judge(d, b, expected)[2]
+    assert "outside the output view" in check.judge(d, b, expected)[3]
 
 
 def test_the_command_fails_on_too_few_cases_and_bad_arguments(capsys):
     assert fuzz_run._summary([], [], 1, 0.0) == 1
     assert "too few cases" in capsys.readouterr().out
-    ok = dict(seed=1, case="decode x", ok=True, rel_l2=0.0, worst_row=0.0, seconds=0.1, failure="")
+    ok = dict(seed=1, case="decode x", ok=True, rel_l2=0.0, worst_row=0.0, gate=0.1, seconds=0.1, failure="")
     assert fuzz_run._summary([ok], [], 1, 0.0) == 0
     assert fuzz_run._summary([ok], ["worker 0 ended with -11 during seed 9"], 1, 0.0) == 1
     for argv in (["--seconds", "0"], ["--seed", "-1"], ["--workers", "0"]):
@@ -138,3 +138,27 @@ def test_oracle_counts_a_repeated_entry_twice_and_zeroes_a_row_with_no_key():
     twice = oracle.attention(q, kv, torch.tensor([[[1, 1], [-1, 0]]], dtype=torch.int32), table, req, pos, 0.5)
     assert not torch.allclose(once[0], twice[0])  # block 1 weighted twice against block 0's absence
     assert torch.equal(once[1], torch.zeros_like(once[1]))  # position 5 reads entry 0 only: -1
+
+
+@pytest.mark.parametrize("seed", [300, 301, 302])
+def test_the_sensitivity_predicts_the_move_of_rounded_scores(seed):
+    """The oracle's sensitivity (the expected output move when the scores' operands are rounded, in
+    units of the unit roundoff) against the real move: the same case with K rounded to bf16, with
+    outlier queries. Every row moves by less than the gate's ROUNDING_SIGMAS times it (the bound
+    holds), and the typical row by a good fraction of it (the bound is not vacuous)."""
+    d = dataclasses.replace(draw.draw(seed, "cpu"), kernel="prefill", outliers=True, scale_mode="none",
+                            kv_dtype="fp16", views=(), q_lens=(40, 30), context=(300, 0), selection=None)
+    b = draw.build(d, "cpu", seed, torch.float8_e4m3fn)
+    a = b.args
+    q = a["q"].clone()
+    q[:, :, :2] *= 25.0  # outlier entries
+    exact, sens = oracle.attention(q, a["kv_cache"], a["topk_idx"], a["block_table"], b.token_req, b.token_pos,
+                                   a["sm_scale"], sensitivity=True)
+    k_bf16 = a["kv_cache"].clone()
+    k_bf16[..., :d.head_dim] = k_bf16[..., :d.head_dim].to(torch.bfloat16).to(k_bf16.dtype)
+    rounded = oracle.attention(q, k_bf16, a["topk_idx"], a["block_table"], b.token_req, b.token_pos, a["sm_scale"])
+    move = (rounded - exact).norm(dim=-1)
+    unit = check.TOLERANCES["bf16"][2]
+    assert bool((move <= check.ROUNDING_SIGMAS * unit * sens).all())
+    ratio = move / (unit * sens).clamp_min(1e-30)
+    assert float(ratio.median()) > 0.1 and float(move.max() / exact.norm(dim=-1).max()) > 1e-3
