@@ -245,10 +245,9 @@ def _main(argv=None) -> int:
         from codegen.tuning import table
 
         return table.main(argv[1:])
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help (0), or a bad argument: its one line is printed already (2)
-        return exc.code
+    args, code = _parser().parse_or_exit_code(argv)
+    if args is None:
+        return code
     try:
         _check(args)
         if not args.list and args.write_defaults is None:  # --list touches nothing, so checks no path

@@ -20,6 +20,14 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"msa-tune: {message} (see {self.prog} --help)\n")
 
+    def parse_or_exit_code(self, argv):
+        """(args, None); or (None, the exit code) after --help (0) or a bad argument (2), whose one
+        line is printed already: what a subcommand's main returns."""
+        try:
+            return self.parse_args(argv), None
+        except SystemExit as exc:
+            return None, exc.code
+
 
 def items(name: str, text: str) -> list[str]:
     """A comma list's items; an empty one ('1,,2', a trailing comma) is a typo, not nothing."""
@@ -72,7 +80,7 @@ def database_url(name: str, url: str | None) -> None:
                          f"(e.g. sqlite:////abs/path.db, postgresql+psycopg://user@host/db)") from None
 
 
-def tune_parser(description: str) -> argparse.ArgumentParser:
+def tune_parser(description: str) -> Parser:
     """msa-tune's own options (tune.py checks their values: _check); `description`: tune.py's docstring."""
     from .. import shapes as S
 

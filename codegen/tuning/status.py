@@ -28,7 +28,7 @@ from .storage import STUDY_DIR, StorageUnavailable, display_url, open_storage, s
 _STATES = optuna.trial.TrialState
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> Parser:
     p = Parser(prog="msa-tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     for name, text in (("status", "per-bucket progress and the workers alive"),
@@ -87,10 +87,9 @@ def _check_paths(args, url: str) -> None:
 
 def main(argv: list[str]) -> int:
     """`msa-tune status|export`: arguments, then paths, then the database (exit codes: tune.py's)."""
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help (0), or a bad argument: its one line is printed already (2)
-        return exc.code
+    args, code = _parser().parse_or_exit_code(argv)
+    if args is None:
+        return code
     from .storage import DbRetry
 
     try:

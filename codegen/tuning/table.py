@@ -62,10 +62,9 @@ def main(argv: list[str]) -> int:
     p = Parser(prog="msa-tune table", description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="*", type=pathlib.Path, metavar="FILE",
                    help="tuned-config JSON files (default: every measured file in tuned_configs/)")
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as exc:  # --help (0), or a bad argument: its one line is printed already (2)
-        return exc.code
+    args, code = p.parse_or_exit_code(argv)
+    if args is None:
+        return code
     files = args.files or sorted(REPO_CONFIG_DIR.glob("*.json"))
     docs = []
     for path in files:  # every file read before the first line is printed

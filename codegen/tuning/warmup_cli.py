@@ -9,7 +9,7 @@ import sys
 from .argparsing import Parser, items
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> Parser:
     from ..shapes import DEFAULT_LAYOUTS, DEFAULT_MODES, HEAD_LAYOUTS
     from ..variants import TUNABLE_KERNELS
 
@@ -50,10 +50,9 @@ def _arguments(args) -> dict:
 def main(argv: list[str]) -> int:
     from .. import warmup
 
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help (0), or a bad argument: its one line is printed already (2)
-        return exc.code
+    args, code = _parser().parse_or_exit_code(argv)
+    if args is None:
+        return code
     try:
         kwargs = _arguments(args)
     except ValueError as exc:
