@@ -3,7 +3,6 @@ checks its arguments before it asks for a GPU: a bad one is one line and exit 2,
 failed compile exit 1 (the README's exit codes)."""
 from __future__ import annotations
 
-import argparse
 import sys
 
 from .argparsing import Parser, items
