@@ -19,7 +19,8 @@ from __future__ import annotations
 import torch
 
 from .reference import read_mask
-from .variants import PAGE_SIZE
+from .validate import check_int
+from .variants import PAGE_SIZE, SCALE_MODES, get_arch
 
 SELECTIONS = ("tiled", "per_token", "auto")
 SAMPLED_TILES = 256  # tiles per KV head the estimate looks at, spread evenly over the tokens
@@ -49,6 +50,45 @@ TILE_WASTE_SHARE = {"scalar": 1.0, "none": 1.0, "per_token_head": 1.0}
 # ~430 us on the H200 (results/h200/prefill-ws). Larger tiles are judged by the inflation and
 # threshold of 8-token tiles. (The Gluon tile's 16-token tiles decide in their plan launch instead.)
 MAX_SAMPLED_BLOCK_T = 8
+
+
+# Short prefills decided on the host. For a few to a few hundred new tokens per request (chunked-
+# prefill tails, multi-turn appends, speculative verification) `auto`'s device decision and the
+# emptied launch of the path not taken cost more than the work, and the per-token walk is as fast as
+# the tiles even on correlated selections (H200, 64 tokens after 8k, TP1 random: auto 141 us, tiled
+# 136, per_token 56; issue 37). Inside this region `auto` with the table's configs (config=None)
+# plans the per-token launch alone (the table's per-token config: what selection="per_token" runs),
+# one launch and no decision; outside it, the device decides as above.
+#
+# PER_TOKEN_UP_TO[arch][(scale_mode, gqa)] = ((max_requests, max_query_len), ...): a call of n
+# requests (cu_seqlens_q.shape[0] - 1) takes the bucket with the smallest max_requests >= n, and the
+# per-token walk when its max_query_len is at most that bucket's. More requests than the largest
+# bucket, or an arch or (scale_mode, gqa) missing here: no host rule (the device decides). gqa is
+# q heads // KV heads: TP1 (64/4) and TP4 (16/1) are both 16, so their cases share entries; TP8
+# (8/1) is 8.
+# The numbers come from the break-even run (on the GPU: `python benchmarks/bench.py --grid
+# short-appends --out DIR`, then `python benchmarks/break_even.py DIR/bench.json`, which prints
+# these entries). Its rule: a bucket (R, L) is measured at R requests, and L is the largest query
+# length such that on every case of that scale mode and gqa at R requests with query length <= L
+# (every prefix, both selection patterns, every layout of that gqa) the per-token time is at most
+# 1.05 x min(tiled, auto). Empty until measured: sm90 from an H200 run; gfx942 was never measured
+# (it keeps the device decision).
+PER_TOKEN_UP_TO: dict[str, dict[tuple[str, int], tuple[tuple[int, int], ...]]] = {}
+
+
+def per_token_on_host(arch: str, scale_mode: str, gqa: int, num_requests: int, max_query_len: int) -> bool:
+    """True when `auto` takes the per-token walk on the host for this call shape (PER_TOKEN_UP_TO);
+    False: no host rule, the device decides."""
+    get_arch(arch)
+    if scale_mode not in SCALE_MODES:
+        raise ValueError(f"scale_mode: expected one of {SCALE_MODES}, got {scale_mode!r}")
+    check_int("gqa", gqa, minimum=1)
+    check_int("num_requests", num_requests, minimum=0)
+    check_int("max_query_len", max_query_len, minimum=0)
+    for max_requests, up_to in sorted(PER_TOKEN_UP_TO.get(arch, {}).get((scale_mode, gqa), ())):
+        if num_requests <= max_requests:
+            return max_query_len <= up_to
+    return False
 
 
 def sampled_block_t(block_t: int) -> int:
