@@ -8,6 +8,11 @@ relative L2 error of one call against the float32 reference (codegen.reference.r
   python benchmarks/bench.py --quick                  # a few headline cases
   python benchmarks/bench.py --out results/h200       # the full serving grid (JSON, table, PNGs)
   python benchmarks/bench.py --configs runtime '{"block_n": 128}'   # compare launch configs
+  python benchmarks/bench.py --grid short-appends --out DIR   # prefill's tiles / per-token break-even
+  python benchmarks/break_even.py DIR/bench.json              #   and the host rule it gives
+
+bench.json holds `rows` (one per case and column) and `cases` (one per case: its shape and each
+column's time and error).
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ import triton
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from codegen import LaunchConfig, cases, get_config  # noqa: E402
+from codegen import LaunchConfig, cases, get_config, selection  # noqa: E402
 from codegen.accuracy import compare  # noqa: E402
 from codegen.configs import default_config, ws_config  # noqa: E402
 from codegen.reference import reference_batched  # noqa: E402
@@ -34,6 +39,7 @@ from codegen.shapes import DEFAULT_MODES, SERVING_LAYOUTS  # noqa: E402
 from codegen.validate import detect_device_arch  # noqa: E402
 from codegen.variants import WS_SCALE_MODES  # noqa: E402
 from codegen.workload import min_bytes, useful_flops  # noqa: E402
+from plots import token_count  # noqa: E402  (benchmarks/plots.py; matplotlib only when plotting)
 from script_cli import NO_GPU, Parser, gpu_missing  # noqa: E402  (benchmarks/script_cli.py)
 
 # The tuner's default grid: head layouts (q heads, KV heads) and scale mode -> KV dtype.
@@ -54,9 +60,9 @@ class Spec:
     @property
     def label(self) -> str:
         if self.kernel == "decode":
-            return f"decode {self.layout} {self.mode} b{self.batch} q{self.tokens} ctx{self.context // 1024}k"
-        return (f"prefill {self.layout} {self.mode} {self.pattern} {self.batch}x{self.tokens // 1024}k "
-                f"prefix{self.context // 1024}k")
+            return f"decode {self.layout} {self.mode} b{self.batch} q{self.tokens} ctx{token_count(self.context)}"
+        return (f"prefill {self.layout} {self.mode} {self.pattern} {self.batch}x{token_count(self.tokens)} "
+                f"prefix{token_count(self.context)}")
 
 
 def build(spec: Spec, arch: str, seed: int, tail: str = "own") -> cases.Case:
@@ -66,8 +72,17 @@ def build(spec: Spec, arch: str, seed: int, tail: str = "own") -> cases.Case:
                               pattern=spec.pattern, q_dtype=torch.bfloat16, device="cuda", seed=seed, tail=tail)
 
 
-def grid(quick: bool) -> list[Spec]:
-    if quick:  # the issue's headline targets and their neighbours
+GRIDS = ("serving", "quick", "short-appends")
+
+
+def grid(name: str = "serving") -> list[Spec]:
+    """The cases of a named grid: "serving" (the full serving grid), "quick" (headline cases) or
+    "short-appends" (short_appends: prefill's break-even)."""
+    if name not in GRIDS:
+        raise ValueError(f"grid: expected one of {GRIDS}, got {name!r}")
+    if name == "short-appends":
+        return short_appends()
+    if name == "quick":  # the issue's headline targets and their neighbours
         return [
             Spec("decode", "tp4", "scalar", 1, 1, 8192),
             Spec("decode", "tp4", "per_token_head", 1, 1, 8192),
@@ -101,6 +116,43 @@ def grid(quick: bool) -> list[Spec]:
                     specs.append(Spec("prefill", layout, mode, batch, tokens, prefix, pattern))
     return specs
 
+
+# Short prefills (issue 37): tens to hundreds of new tokens per request after a cached prefix
+# (chunked-prefill tails, multi-turn appends, speculative verification), where `auto`'s device
+# decision and its emptied launch can cost more than the work. Timed with the three SELECTION_COLUMNS
+# (the table's configs, as a user calls it) for benchmarks/break_even.py, which derives the host
+# rule (codegen.selection.PER_TOKEN_UP_TO) from them.
+SHORT_QUERY_LENS = (16, 32, 64, 128, 256, 512)  # new tokens per request
+SHORT_REQUESTS = (1, 4, 16)  # the host rule's request buckets
+SHORT_PREFIXES = (1024, 8192, 128 * 1024)  # cached tokens before them
+SHORT_MODES = ("scalar", "per_token_head")  # fp8 caches
+SHORT_RANDOM = dict(prefixes=(8192, 128 * 1024), requests=(1, 16))  # the random pattern's trimmed subgrid
+
+
+def short_appends() -> list[Spec]:
+    """Prefill's break-even grid: every query length of SHORT_QUERY_LENS per request, for each
+    serving layout (TP1 64/4, TP4 16/1, TP8 8/1 heads) and fp8 scale mode. Correlated selections
+    (neighbouring tokens share blocks: the tiles' best case, so these rows bound the per-token
+    region) run every request count of SHORT_REQUESTS after every prefix of SHORT_PREFIXES. Random
+    ones (the per-token walk's best case: their rows only show where per-token wins) are trimmed to
+    keep the run short: prefixes 8k and 128k, 1 and 16 requests (SHORT_RANDOM); after a 1k prefix a
+    token reads all 9 blocks there are, so random and correlated selections coincide. Memory: caches
+    hold only the selected pages, at most 16 requests x 1024 blocks of 128k (2 GB at TP1) per set."""
+    specs = []
+    for mode in SHORT_MODES:
+        for layout in LAYOUTS:
+            for pattern, prefixes, requests in (("correlated", SHORT_PREFIXES, SHORT_REQUESTS),
+                                                ("random", SHORT_RANDOM["prefixes"], SHORT_RANDOM["requests"])):
+                for prefix in prefixes:
+                    for batch in requests:
+                        for tokens in SHORT_QUERY_LENS:
+                            specs.append(Spec("prefill", layout, mode, batch, tokens, prefix, pattern))
+    return specs
+
+
+# The columns a grid runs when --configs is not given.
+GRID_COLUMNS = {"short-appends": ["tiled", "per_token", "auto"]}
+DEFAULT_COLUMNS = ["runtime", "untuned", "unfolded"]
 
 SELECTION_COLUMNS = ("tiled", "per_token", "auto")  # prefill's `selection` argument
 
@@ -140,11 +192,14 @@ def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[Laun
     return override, dict(config=override)
 
 
-def accuracy(case: cases.Case, kw: dict) -> float:
-    """Relative L2 error of one call on `case` (output poisoned first) against the float32 reference."""
+def accuracy(case: cases.Case, kw: dict, reference: torch.Tensor | None = None) -> float:
+    """Relative L2 error of one call on `case` (output poisoned first) against the float32 reference
+    (`reference`: computed before, for the case's inputs)."""
     case.poison()
     out = cases.run_kernel(case, **kw)
-    return compare(out, reference_batched(case.kernel, case.args), torch.bfloat16).rel_l2
+    if reference is None:
+        reference = reference_batched(case.kernel, case.args)
+    return compare(out, reference, torch.bfloat16).rel_l2
 
 
 def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int, tail: str = "own") -> list[dict]:
@@ -152,6 +207,7 @@ def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int, tail: st
     nbytes, flops = min_bytes(first), useful_flops(first)
     n_sets = input_sets(nbytes, maximum=calls)
     sets = [first] + [build(spec, arch, seed=s, tail=tail) for s in range(1, n_sets)]
+    reference = functools.cache(lambda: reference_batched(first.kernel, first.args))  # once for every column
     rows = []
     for config_arg in config_args:
         config, kw = resolve(config_arg, spec, arch, first)
@@ -161,26 +217,56 @@ def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int, tail: st
             # Prefill calls run for milliseconds: fewer replays give as stable a median.
             timing = graph_time([lambda c=sets[i % n_sets]: cases.run_kernel(c, **kw)
                                  for i in range(calls)], replays=30 if spec.kernel == "decode" else 8)
-            rel_l2 = accuracy(first, kw)
+            rel_l2 = accuracy(first, kw, reference())
         except Exception as exc:  # a config that cannot run is reported, not fatal
             rows.append(dict(case=spec.label, config=config_arg, error=f"{type(exc).__name__}: {exc}"[:200]))
             continue
         rows.append(dict(case=spec.label, spec=dataclasses.asdict(spec), config=config_arg, launch=config.to_dict(),
                          time_us=timing.median_us, p10_us=timing.p10_us, p90_us=timing.p90_us,
                          calls=calls, input_sets=n_sets, bytes=nbytes, flops=flops, rel_l2=rel_l2, tail=tail))
-    del sets
+    del sets, reference
     torch.cuda.empty_cache()
     return rows
 
 
+def case_summary(rows: list[dict], wall_s: dict | None = None) -> list[dict]:
+    """One entry per case of `rows` (in their order): its shape (requests, query_len and prefix
+    for prefill; requests, query_len and context for decode), and per column its time_us and
+    rel_l2 (columns that failed are left out). wall_s: seconds each case took, by label."""
+    by_case: dict = {}
+    for row in rows:
+        if "error" in row:
+            continue
+        spec = row["spec"]
+        hq, hkv = LAYOUTS[spec["layout"]]
+        entry = by_case.setdefault(row["case"], dict(
+            case=row["case"], kernel=spec["kernel"], layout=spec["layout"], gqa=hq // hkv, mode=spec["mode"],
+            pattern=spec["pattern"] if spec["kernel"] == "prefill" else None, requests=spec["batch"],
+            query_len=spec["tokens"], time_us={}, rel_l2={}))
+        entry["prefix" if spec["kernel"] == "prefill" else "context"] = spec["context"]
+        entry["time_us"][row["config"]] = row["time_us"]
+        entry["rel_l2"][row["config"]] = row["rel_l2"]
+        if wall_s and row["case"] in wall_s:
+            entry["wall_s"] = wall_s[row["case"]]
+    return list(by_case.values())
+
+
 def main(argv=None) -> int:
     parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a few headline cases instead of the full grid")
-    parser.add_argument("--configs", nargs="+", default=["runtime", "untuned", "unfolded"],
+    parser.add_argument("--grid", choices=GRIDS, default="serving",
+                        help="the cases: serving (the full serving grid, default), quick (a few headline cases), "
+                             "short-appends (short prefills after a prefix: prefill's tiles / per-token break-even "
+                             "for benchmarks/break_even.py; columns tiled per_token auto)")
+    parser.add_argument("--quick", dest="grid", action="store_const", const="quick", help="--grid quick")
+    parser.add_argument("--configs", nargs="+", default=None,
                         help="columns: runtime (tuned when a file matches), untuned (arch default), unfolded "
                              "(the seed's baseline, scalar only), tiled / per_token / auto (prefill's selection "
                              "argument), ws / ws:N (the Gluon prefill tile, convert_rows N), or JSON overrides "
-                             "of the runtime config")
+                             "of the runtime config (default: runtime untuned unfolded; short-appends: tiled "
+                             "per_token auto)")
+    parser.add_argument("--no-host-rule", action="store_true",
+                        help="auto decides every prefill on the device: codegen.selection.PER_TOKEN_UP_TO emptied "
+                             "for this run (to re-measure the break-even once the table holds entries)")
     parser.add_argument("--calls", type=int, default=20, help="calls captured per graph")
     parser.add_argument("--filter", nargs="+", default=[""], help="only cases whose label contains one of these")
     parser.add_argument("--exclude", nargs="+", default=[], help="leave out cases whose label contains one of these")
@@ -188,8 +274,12 @@ def main(argv=None) -> int:
     parser.add_argument("--tail", default="own", choices=cases.TAILS,
                         help="what fills top-k rows past the entries a token reads (default: vLLM's, the own block)")
     args = parser.parse_args(argv)
+    columns = args.configs or GRID_COLUMNS.get(args.grid, DEFAULT_COLUMNS)
     if gpu_missing(parser.prog):
         return NO_GPU
+    started = time.perf_counter()
+    if args.no_host_rule:
+        selection.PER_TOKEN_UP_TO = {}
     arch = detect_device_arch(torch.device("cuda"))
     env = dict(gpu=torch.cuda.get_device_name(), arch=arch, torch=torch.__version__, triton=triton.__version__,
                cuda=torch.version.cuda, hip=torch.version.hip, python=platform.python_version(),
@@ -197,16 +287,23 @@ def main(argv=None) -> int:
     env["copy_bytes_per_s"] = copy_bandwidth()
     env["bf16_flops_per_s"] = matmul_flops()
     env["empty_launch_us"] = empty_launch_us(args.calls)
+    # The host rule `auto` ran under (codegen.selection.PER_TOKEN_UP_TO for this arch): inside its
+    # region `auto` is the per-token launch alone, which break_even.py says when it reads the file.
+    env["host_rule"] = {f"{mode}/gqa{gqa}": [list(b) for b in buckets]
+                        for (mode, gqa), buckets in selection.PER_TOKEN_UP_TO.get(arch, {}).items()}
     print(f"# {env['gpu']} ({arch}), torch {env['torch']}, triton {env['triton']}; "
           f"copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s, "
           f"an empty one-launch call {env['empty_launch_us']:.2f} us")
-    rows = []
-    specs = [s for s in grid(args.quick)
+    rows, wall_s = [], {}
+    specs = [s for s in grid(args.grid)
              if any(f in s.label for f in args.filter) and not any(x in s.label for x in args.exclude)]
     header = f"{'case':58s} {'config':>18s} {'us/call':>9s} {'%HBM':>6s} {'%bf16':>6s} {'rel_l2':>8s}"
     print(header)
     for spec in specs:
-        for row in run_spec(spec, arch, args.configs, args.calls, args.tail):
+        case_started = time.perf_counter()
+        spec_rows = run_spec(spec, arch, columns, args.calls, args.tail)
+        wall_s[spec.label] = round(time.perf_counter() - case_started, 3)
+        for row in spec_rows:
             if "error" not in row:
                 row["hbm_fraction"] = row["bytes"] / (row["time_us"] * 1e-6) / env["copy_bytes_per_s"]
                 row["bf16_fraction"] = row["flops"] / (row["time_us"] * 1e-6) / env["bf16_flops_per_s"]
@@ -218,8 +315,10 @@ def main(argv=None) -> int:
             rows.append(row)
         if args.out:  # after every case (atomically): a run stopped at its time limit keeps what it measured
             args.out.mkdir(parents=True, exist_ok=True)
+            env["wall_s"] = round(time.perf_counter() - started, 1)
             partial = args.out / "bench.json.tmp"
-            partial.write_text(json.dumps(dict(env=env, rows=rows), indent=1, sort_keys=True))
+            partial.write_text(json.dumps(dict(env=env, rows=rows, cases=case_summary(rows, wall_s)), indent=1,
+                                          sort_keys=True))
             partial.replace(args.out / "bench.json")
     if args.out:
         try:

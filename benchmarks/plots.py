@@ -12,6 +12,12 @@ import sys
 BARS_UP_TO = 24  # cases per kernel drawn as bars; more are drawn as grid panels
 
 
+def token_count(n: int) -> str:
+    """A token count as labels show it: whole multiples of 1024 as "8k" (and 0 as "0k"), others in
+    full ("64", "1536")."""
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
 def ceiling_key(kernel: str) -> str:
     """The row field with the share of the kernel's ceiling: the HBM floor for decode (bytes),
     the measured bf16 matmul peak for prefill (FLOPs)."""
@@ -102,7 +108,7 @@ def _grid_plots(plt, rows: list[dict], kernel: str, out: pathlib.Path) -> list[p
                 if j == 0:
                     ax.set_ylabel(label)
                 ax.set_xticks(range(len(xs)))
-                ax.set_xticklabels([str(x) if kernel == "decode" else f"{x[0]}x{x[1] // 1024}k+{x[2] // 1024}k"
+                ax.set_xticklabels([str(x) if kernel == "decode" else f"{x[0]}x{token_count(x[1])}+{token_count(x[2])}"
                                     for x in xs], rotation=35, fontsize=7)
                 if i == len(layouts) - 1:
                     ax.set_xlabel(x_name)

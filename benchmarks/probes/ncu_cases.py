@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # bench.py, plots.py
 
-from bench import build, grid, resolve  # noqa: E402
+from bench import GRIDS, build, grid, resolve  # noqa: E402
 from codegen import cases  # noqa: E402
 from codegen.validate import detect_device_arch  # noqa: E402
 
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         parser.error("needs a GPU")
     arch = detect_device_arch(torch.device("cuda"))
-    specs = {s.label: s for s in grid(quick=False) + grid(quick=True)}
+    specs = {s.label: s for name in GRIDS for s in grid(name)}
     for i, arg in enumerate(args.cases):
         spec, column = parse(arg, specs)
         case = build(spec, arch, seed=0)
