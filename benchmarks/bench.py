@@ -126,7 +126,7 @@ SHORT_QUERY_LENS = (16, 32, 64, 128, 256, 512)  # new tokens per request
 SHORT_REQUESTS = (1, 4, 16)  # the host rule's request buckets
 SHORT_PREFIXES = (1024, 8192, 128 * 1024)  # cached tokens before them
 SHORT_MODES = ("scalar", "per_token_head")  # fp8 caches
-SHORT_RANDOM = dict(prefixes=(8192, 128 * 1024), requests=(1, 16))  # the random pattern's trimmed subgrid
+SHORT_RANDOM = dict(prefixes=(8192, 128 * 1024), requests=(1,))  # the random pattern's trimmed subgrid
 
 
 def short_appends() -> list[Spec]:
@@ -135,7 +135,7 @@ def short_appends() -> list[Spec]:
     (neighbouring tokens share blocks: the tiles' best case, so these rows bound the per-token
     region) run every request count of SHORT_REQUESTS after every prefix of SHORT_PREFIXES. Random
     ones (the per-token walk's best case: their rows only show where per-token wins) are trimmed to
-    keep the run short: prefixes 8k and 128k, 1 and 16 requests (SHORT_RANDOM); after a 1k prefix a
+    keep the run short: prefixes 8k and 128k, one request (SHORT_RANDOM); after a 1k prefix a
     token reads every block up to its own (at most 12, under topk 16), so random and correlated
     selections coincide there. Memory: caches
     hold only the selected pages, at most 16 requests x 1024 blocks of 128k (2 GB at TP1) per set."""
@@ -151,9 +151,14 @@ def short_appends() -> list[Spec]:
     return specs
 
 
-# The columns a grid runs when --configs is not given.
+# The columns a grid runs when --configs is not given, and its calls per graph when --calls is not.
+# Short prefills take 10: their calls last tens to hundreds of microseconds, and building half the
+# input sets keeps the grid's run short (under 3 MB a set, 10 or 20 sets alike stay in the H200's
+# 60 MB L2; from 24 MB a set on, 10 stream four L2s as 20 do).
 GRID_COLUMNS = {"short-appends": ["tiled", "per_token", "auto"]}
 DEFAULT_COLUMNS = ["runtime", "untuned", "unfolded"]
+GRID_CALLS = {"short-appends": 10}
+DEFAULT_CALLS = 20
 
 SELECTION_COLUMNS = ("tiled", "per_token", "auto")  # prefill's `selection` argument
 
@@ -268,7 +273,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-host-rule", action="store_true",
                         help="auto decides every prefill on the device: codegen.selection.PER_TOKEN_UP_TO emptied "
                              "for this run (to re-measure the break-even once the table holds entries)")
-    parser.add_argument("--calls", type=int, default=20, help="calls captured per graph")
+    parser.add_argument("--calls", type=int, default=None,
+                        help="calls captured per graph, each on its own input set up to as many sets as keep the "
+                             "L2 cold (default 20; short-appends 10)")
     parser.add_argument("--filter", nargs="+", default=[""], help="only cases whose label contains one of these")
     parser.add_argument("--exclude", nargs="+", default=[], help="leave out cases whose label contains one of these")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="folder for bench.json and the PNG plots")
@@ -276,6 +283,7 @@ def main(argv=None) -> int:
                         help="what fills top-k rows past the entries a token reads (default: vLLM's, the own block)")
     args = parser.parse_args(argv)
     columns = args.configs or GRID_COLUMNS.get(args.grid, DEFAULT_COLUMNS)
+    calls = args.calls if args.calls is not None else GRID_CALLS.get(args.grid, DEFAULT_CALLS)
     if gpu_missing(parser.prog):
         return NO_GPU
     started = time.perf_counter()
@@ -287,7 +295,7 @@ def main(argv=None) -> int:
                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), command=" ".join(sys.argv))
     env["copy_bytes_per_s"] = copy_bandwidth()
     env["bf16_flops_per_s"] = matmul_flops()
-    env["empty_launch_us"] = empty_launch_us(args.calls)
+    env["empty_launch_us"] = empty_launch_us(calls)
     # The host rule `auto` ran under (codegen.selection.PER_TOKEN_UP_TO for this arch): inside its
     # region `auto` is the per-token launch alone, which break_even.py says when it reads the file.
     env["host_rule"] = {f"{mode}/gqa{gqa}": [list(b) for b in buckets]
@@ -302,7 +310,7 @@ def main(argv=None) -> int:
     print(header)
     for spec in specs:
         case_started = time.perf_counter()
-        spec_rows = run_spec(spec, arch, columns, args.calls, args.tail)
+        spec_rows = run_spec(spec, arch, columns, calls, args.tail)
         wall_s[spec.label] = round(time.perf_counter() - case_started, 3)
         for row in spec_rows:
             if "error" not in row:

@@ -33,11 +33,15 @@ def test_the_short_appends_grid():
     random = {(m, l, "random", p, r, q) for m in ("scalar", "per_token_head") for l in LAYOUTS
               for p in bench.SHORT_RANDOM["prefixes"] for r in bench.SHORT_RANDOM["requests"] for q in QUERY_LENS}
     assert correlated <= shapes and random <= shapes and shapes == correlated | random
-    assert len(specs) == len(correlated) + len(random) == 468
+    assert len(specs) == len(correlated) + len(random) == 396
     # Short token counts in full, whole thousands as before.
     assert "prefill tp1 scalar correlated 1x16 prefix1k" in labels
-    assert "prefill tp8 per_token_head random 16x512 prefix128k" in labels
+    assert "prefill tp8 per_token_head random 1x512 prefix128k" in labels
     assert bench.GRID_COLUMNS["short-appends"] == list(bench.SELECTION_COLUMNS) == ["tiled", "per_token", "auto"]
+    assert bench.GRID_CALLS["short-appends"] == 10 and "serving" not in bench.GRID_CALLS
+    # Correlated rows first (they bound the rule), by prefix: a run stopped at its limit keeps them.
+    assert [s.pattern for s in specs] == ["correlated"] * len(correlated) + ["random"] * len(random)
+    assert [s.context for s in specs[:len(correlated)]] == sorted(s.context for s in specs[:len(correlated)])
 
 
 def test_the_other_grids_keep_their_labels():
