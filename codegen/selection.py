@@ -71,9 +71,33 @@ MAX_SAMPLED_BLOCK_T = 8
 # these entries). Its rule: a bucket (R, L) is measured at R requests, and L is the largest query
 # length such that on every case of that scale mode and gqa at R requests with query length <= L
 # (every prefix, both selection patterns, every layout of that gqa) the per-token time is at most
-# 1.05 x min(tiled, auto). Empty until measured: sm90 from an H200 run; gfx942 was never measured
-# (it keeps the device decision).
-PER_TOKEN_UP_TO: dict[str, dict[tuple[str, int], tuple[tuple[int, int], ...]]] = {}
+# 1.05 x min(tiled, auto). gfx942 was never measured (it keeps the device decision).
+# Measured: results/h200/short-appends (2026-12-03, H200, 396 cases; each bucket's comment names the case
+# that stopped it). A bucket of 0 keeps the device decision.
+PER_TOKEN_UP_TO: dict[str, dict[tuple[str, int], tuple[tuple[int, int], ...]]] = {
+    "sm90": {
+        # scalar, gqa 8 (tp8):
+        #   1 request: up to 128 (256: tp8 scalar correlated 1x256 prefix1k, per_token 1.29x min(tiled, auto))
+        #   4 requests: up to 32 (64: tp8 scalar correlated 4x64 prefix1k, per_token 1.28x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp8 scalar correlated 16x16 prefix1k, per_token 1.29x min(tiled, auto))
+        ("scalar", 8): ((1, 128), (4, 32), (16, 0)),
+        # scalar, gqa 16 (tp1, tp4):
+        #   1 request: up to 64 (128: tp1 scalar correlated 1x128 prefix1k, per_token 1.47x min(tiled, auto))
+        #   4 requests: up to 16 (32: tp1 scalar correlated 4x32 prefix1k, per_token 1.47x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp1 scalar correlated 16x16 prefix1k, per_token 2.59x min(tiled, auto))
+        ("scalar", 16): ((1, 64), (4, 16), (16, 0)),
+        # per_token_head, gqa 8 (tp8):
+        #   1 request: up to 128 (256: tp8 per_token_head correlated 1x256 prefix1k, per_token 1.10x min(tiled, auto))
+        #   4 requests: up to 32 (64: tp8 per_token_head correlated 4x64 prefix1k, per_token 1.13x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp8 per_token_head correlated 16x16 prefix1k, per_token 1.13x min(tiled, auto))
+        ("per_token_head", 8): ((1, 128), (4, 32), (16, 0)),
+        # per_token_head, gqa 16 (tp1, tp4):
+        #   1 request: up to 64 (128: tp1 per_token_head correlated 1x128 prefix1k, per_token 1.83x min(tiled, auto))
+        #   4 requests: up to 16 (32: tp1 per_token_head correlated 4x32 prefix1k, per_token 1.84x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp1 per_token_head correlated 16x16 prefix1k, per_token 2.86x min(tiled, auto))
+        ("per_token_head", 16): ((1, 64), (4, 16), (16, 0)),
+    },
+}
 
 
 def per_token_on_host(arch: str, scale_mode: str, gqa: int, num_requests: int, max_query_len: int) -> bool:

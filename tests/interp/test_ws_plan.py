@@ -23,6 +23,7 @@ import torch
 
 from codegen import cases, loader, tuned_store
 from codegen import plan as call_plans
+from codegen import selection as tile_selection
 from codegen.accuracy import compare
 from codegen.configs import (WS_CONVERT_ROWS, LaunchConfig, default_config, per_token_twin,
                              validate_config, ws_config)
@@ -449,6 +450,9 @@ def test_a_tables_ws_config_falls_back_on_a_cpu(mode, tmp_path, monkeypatch):
 
     ws_module = importlib.import_module(WS_MODULES[mode])
     monkeypatch.setattr(ws_module, "launch", lambda *a, **k: pytest.fail("the Gluon tile launched on a CPU"))
+    # This 8-token request is short enough for auto's host rule (the per-token walk alone, no tiles):
+    # the rule off, auto resolves the tiled config this test is about.
+    monkeypatch.setattr(tile_selection, "PER_TOKEN_UP_TO", {})
     ref = cases.run_reference(case, torch.float64)
     case.poison()
     for selection in (None, "tiled"):  # None: "auto", as vLLM calls it
