@@ -35,7 +35,7 @@ from codegen.accuracy import compare  # noqa: E402
 from codegen.configs import default_config, ws_config  # noqa: E402
 from codegen.reference import reference_batched  # noqa: E402
 from codegen.timing import copy_bandwidth, empty_launch_us, graph_time, input_sets, matmul_flops  # noqa: E402
-from codegen.shapes import DEFAULT_MODES, SERVING_LAYOUTS  # noqa: E402
+from codegen.shapes import DEFAULT_MODES, HEAD_LAYOUTS, SERVING_LAYOUTS  # noqa: E402
 from codegen.validate import detect_device_arch  # noqa: E402
 from codegen.variants import WS_SCALE_MODES  # noqa: E402
 from codegen.workload import min_bytes, useful_flops  # noqa: E402
@@ -236,17 +236,18 @@ def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int, tail: st
 
 
 def case_summary(rows: list[dict], wall_s: dict | None = None) -> list[dict]:
-    """One entry per case of `rows` (in their order): its shape (requests, query_len and prefix
-    for prefill; requests, query_len and context for decode), and per column its time_us and
+    """One entry per case of `rows` (in their order): its shape (gqa, requests, query_len and prefix
+    for prefill; context instead of prefix for decode), and per column its time_us and
     rel_l2 (columns that failed are left out). wall_s: seconds each case took, by label."""
     by_case: dict = {}
     for row in rows:
         if "error" in row:
             continue
         spec = row["spec"]
-        hq, hkv = LAYOUTS[spec["layout"]]
+        heads = HEAD_LAYOUTS.get(spec["layout"])  # (q heads, KV heads); None: a layout this version does not know
         entry = by_case.setdefault(row["case"], dict(
-            case=row["case"], kernel=spec["kernel"], layout=spec["layout"], gqa=hq // hkv, mode=spec["mode"],
+            case=row["case"], kernel=spec["kernel"], layout=spec["layout"],
+            gqa=heads[0] // heads[1] if heads else None, mode=spec["mode"],
             pattern=spec["pattern"] if spec["kernel"] == "prefill" else None, requests=spec["batch"],
             query_len=spec["tokens"], time_us={}, rel_l2={}))
         entry["prefix" if spec["kernel"] == "prefill" else "context"] = spec["context"]

@@ -28,6 +28,7 @@ from codegen.shapes import HEAD_LAYOUTS  # noqa: E402
 from codegen.variants import SCALE_MODES  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench import case_summary  # noqa: E402  (benchmarks/bench.py: the cases of its rows)
 from plots import token_count  # noqa: E402  (benchmarks/plots.py; matplotlib only when plotting)
 from script_cli import Parser, read_json  # noqa: E402
 
@@ -37,31 +38,13 @@ ACCURACY = 5e-3  # rel L2 a row must stay within (issue 37's target); worse ones
 
 
 def measured_cases(rows: list[dict]) -> tuple[list[dict], list[str]]:
-    """(prefill cases with all three columns: shape, times and errors; labels of those without)."""
-    by_case: dict = {}
-    for row in rows:
-        if row.get("config") not in COLUMNS:
-            continue
-        entry = by_case.setdefault(row["case"], {"case": row["case"]})
-        if "error" in row:  # a row that could not run has no spec
-            entry["failed"] = True
-            continue
-        if row["spec"]["kernel"] != "prefill":
-            continue
-        entry.setdefault("spec", row["spec"])
-        entry.setdefault("time_us", {})[row["config"]] = row["time_us"]
-        entry.setdefault("rel_l2", {})[row["config"]] = row["rel_l2"]
-    complete, incomplete = [], []
-    for label, entry in by_case.items():
-        if (entry.get("failed") or set(entry.get("time_us", {})) != set(COLUMNS)
-                or entry["spec"]["layout"] not in HEAD_LAYOUTS):
-            incomplete.append(label)
-            continue
-        spec = entry["spec"]
-        hq, hkv = HEAD_LAYOUTS[spec["layout"]]
-        complete.append(dict(case=label, layout=spec["layout"], gqa=hq // hkv, mode=spec["mode"],
-                             pattern=spec["pattern"], requests=spec["batch"], query_len=spec["tokens"],
-                             prefix=spec["context"], time_us=entry["time_us"], rel_l2=entry["rel_l2"]))
+    """(prefill cases with all three columns: bench.case_summary's entries; labels of those without:
+    a column that failed or is missing, or not a prefill case of a known head layout)."""
+    rows = [row for row in rows if row.get("config") in COLUMNS]
+    complete = [case for case in case_summary(rows)
+                if case["kernel"] == "prefill" and case["gqa"] is not None and set(case["time_us"]) == set(COLUMNS)]
+    measured = {case["case"] for case in complete}
+    incomplete = [label for label in dict.fromkeys(row["case"] for row in rows) if label not in measured]
     return complete, incomplete
 
 
