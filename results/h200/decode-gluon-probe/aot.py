@@ -1,4 +1,5 @@
 """Compile the probe's Gluon decode kernel for sm90 on the CPU: errors, PTX figures, registers, shared memory."""
+import os
 import re
 import sys
 import torch
@@ -8,7 +9,7 @@ from triton.backends.nvidia.compiler import CUDABackend
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 sys.path.insert(0, ".")
-sys.path.insert(0, ".probe")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # decode_gl.py beside this file
 from codegen.static.compile import _cuobjdump_usage
 import decode_gl as m
 

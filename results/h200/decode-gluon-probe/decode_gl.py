@@ -10,24 +10,10 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
+    fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
 
-_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-
-
-@gluon.jit
-def _reinterpret_private(buffer, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
-    return buffer._reinterpret(dtype, shape, layout)
-
-
-@gluon.jit
-def _reinterpret_public(buffer, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
-    return buffer.reinterpret(dtype, shape, layout)
-
-
-_reinterpret = (_reinterpret_public if hasattr(gl.shared_memory_descriptor, "reinterpret")
-                else _reinterpret_private)
+# Gluon's names across Triton versions: the generated prefill tile's shims (templates/prefill_ws.py.jinja).
+from codegen.generated.sm90_prefill_ws_scalar import _cta_barrier, _reinterpret, _tma_load  # noqa: E402
 
 PAGE = 128
 HEAD_DIM = 128
@@ -60,6 +46,70 @@ def _convert(src, dst, n_vis, ZERO_PAST: gl.constexpr, BN: gl.constexpr, CR: gl.
             rows = c * CR + gl.arange(0, CR, layout=gl.SliceLayout(1, cvt_layout))
             y = gl.where((rows < n_vis)[:, None], y, 0.0)
         dst.slice(c * CR, CR).store(y)
+
+
+@gluon.jit
+def _page_scales(ks_head, vs_head, page, n_vis, offs_key, stride_ks_t, stride_vs_t, PAGE: gl.constexpr):
+    """per_token_head: the page's K and V scales (0 past its visible slots)."""
+    slot = page.to(gl.int64) * PAGE + offs_key
+    ks = gl.load(ks_head + slot * stride_ks_t, mask=offs_key < n_vis, other=0.0)
+    vs = gl.load(vs_head + slot * stride_vs_t, mask=offs_key < n_vis, other=0.0)
+    return ks, vs
+
+
+@gluon.jit
+def _issue_qk(k8_stage, k16, q_s, n_vis, BN: gl.constexpr, GQA: gl.constexpr, CONVERT_ROWS: gl.constexpr,
+              K_IN_REGS: gl.constexpr, IS_ASYNC: gl.constexpr, s_layout: gl.constexpr, k_op_layout: gl.constexpr,
+              cvt_layout: gl.constexpr):
+    """S^T = K q^T: K from the fp8 stage straight into the register operand (K_IN_REGS), or converted into
+    k16 first. The result, or with IS_ASYNC the MMA in flight."""
+    if K_IN_REGS:
+        k_a = k8_stage.load(k_op_layout).to(gl.float16)
+        return warpgroup_mma(k_a, q_s.permute((1, 0)), gl.zeros([BN, GQA], gl.float32, s_layout), use_acc=False,
+                             is_async=IS_ASYNC)
+    else:
+        _convert(k8_stage, k16, n_vis, False, BN, CONVERT_ROWS, cvt_layout)
+        fence_async_shared()
+        _cta_barrier()
+        return warpgroup_mma(k16, q_s.permute((1, 0)), gl.zeros([BN, GQA], gl.float32, s_layout), use_acc=False,
+                             is_async=IS_ASYNC)
+
+
+@gluon.jit
+def _convert_v(v8_stage, v16, n_vis, BN: gl.constexpr, CONVERT_ROWS: gl.constexpr, cvt_layout: gl.constexpr):
+    """V fp8 -> fp16, rows past the visible slots zeroed only on a partial page."""
+    if n_vis < BN:
+        _convert(v8_stage, v16, n_vis, True, BN, CONVERT_ROWS, cvt_layout)
+    else:
+        _convert(v8_stage, v16, n_vis, False, BN, CONVERT_ROWS, cvt_layout)
+
+
+@gluon.jit
+def _softmax_step(s, n_vis, offs_key, m_i, l_i, acc, acc_unit, ks, vs, qk_scale, PTH: gl.constexpr):
+    """Online softmax over the page's keys (axis 0 of S^T); returns (P^T, m, l, acc, acc_unit).
+    per_token_head: K's scales on the scores, V's on P over their largest |scale| (acc kept in that unit)."""
+    if PTH:
+        s = s * (ks * qk_scale)[:, None]
+        s = gl.where((offs_key < n_vis)[:, None], s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 0))
+        m_shift = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m_i - m_shift)
+        p = gl.exp2(s - m_shift[None, :])
+        l_i = l_i * alpha + gl.sum(p, 0)
+        v_top = gl.max(gl.abs(vs), 0)
+        v_top = gl.where(v_top > 0.0, v_top, 1.0)
+        acc = acc * (alpha * (acc_unit / v_top))[None, :]
+        acc_unit = v_top
+        p = p * (vs / v_top)[:, None]
+    else:
+        s = gl.where((offs_key < n_vis)[:, None], s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 0) * qk_scale)
+        m_shift = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m_i - m_shift)
+        p = gl.exp2(s * qk_scale - m_shift[None, :])
+        l_i = l_i * alpha + gl.sum(p, 0)
+        acc = acc * alpha[None, :]
+    return p, m_new, l_i, acc, acc_unit
 
 
 @gluon.jit
@@ -158,50 +208,21 @@ def _decode_gl_kernel(
             ph = (j // STAGES) & 1
             n_vis = _pick(n_vis_k, offs_k, blk_lo + j)
             if PTH:
-                slot = _pick(pages_k, offs_k, blk_lo + j).to(gl.int64) * PAGE + offs_key
-                ks = gl.load(ks_head + slot * stride_ks_t, mask=offs_key < n_vis, other=0.0)
-                vs = gl.load(vs_head + slot * stride_vs_t, mask=offs_key < n_vis, other=0.0)
-            mbarrier.wait(kbar.index(st), ph)
-            if K_IN_REGS:
-                k_a = k8.index(st).load(k_op_layout).to(gl.float16)
-                qk = warpgroup_mma(k_a, q_s.permute((1, 0)), gl.zeros([BN, GQA], gl.float32, s_layout),
-                                   use_acc=False, is_async=True)
+                ks, vs = _page_scales(ks_head, vs_head, _pick(pages_k, offs_k, blk_lo + j), n_vis, offs_key,
+                                      stride_ks_t, stride_vs_t, PAGE)
             else:
-                _convert(k8.index(st), k16, n_vis, False, BN, CONVERT_ROWS, cvt_layout)
-                fence_async_shared()
-                _cta_barrier()
-                qk = warpgroup_mma(k16, q_s.permute((1, 0)), gl.zeros([BN, GQA], gl.float32, s_layout),
-                                   use_acc=False, is_async=True)
+                ks = qk_scale  # not read
+                vs = qk_scale
+            mbarrier.wait(kbar.index(st), ph)
+            qk = _issue_qk(k8.index(st), k16, q_s, n_vis, BN, GQA, CONVERT_ROWS, K_IN_REGS, True, s_layout,
+                           k_op_layout, cvt_layout)
             acc = warpgroup_mma_wait(1, deps=[pv])  # PV(j-1) retired: v16 and p_s free
             _cta_barrier()
             mbarrier.wait(vbar.index(st), ph)
-            if n_vis < BN:
-                _convert(v8.index(st), v16, n_vis, True, BN, CONVERT_ROWS, cvt_layout)
-            else:
-                _convert(v8.index(st), v16, n_vis, False, BN, CONVERT_ROWS, cvt_layout)
+            _convert_v(v8.index(st), v16, n_vis, BN, CONVERT_ROWS, cvt_layout)
             s = warpgroup_mma_wait(0, deps=[qk])
-            if PTH:
-                s = s * (ks * qk_scale)[:, None]
-                s = gl.where((offs_key < n_vis)[:, None], s, float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(s, 0))
-                m_shift = gl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = gl.exp2(m_i - m_shift)
-                p = gl.exp2(s - m_shift[None, :])
-                l_i = l_i * alpha + gl.sum(p, 0)
-                v_top = gl.max(gl.abs(vs), 0)
-                v_top = gl.where(v_top > 0.0, v_top, 1.0)
-                acc = acc * (alpha * (acc_unit / v_top))[None, :]
-                acc_unit = v_top
-                p = p * (vs / v_top)[:, None]
-            else:
-                s = gl.where((offs_key < n_vis)[:, None], s, float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(s, 0) * qk_scale)
-                m_shift = gl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = gl.exp2(m_i - m_shift)
-                p = gl.exp2(s * qk_scale - m_shift[None, :])
-                l_i = l_i * alpha + gl.sum(p, 0)
-                acc = acc * alpha[None, :]
-            m_i = m_new
+            p, m_i, l_i, acc, acc_unit = _softmax_step(s, n_vis, offs_key, m_i, l_i, acc, acc_unit, ks, vs, qk_scale,
+                                                       PTH)
             p_s.store(p.to(gl.float16))
             fence_async_shared()
             _cta_barrier()  # V, P written; this stage's fp8 read by every thread
@@ -216,47 +237,20 @@ def _decode_gl_kernel(
             ph = (j // STAGES) & 1
             n_vis = _pick(n_vis_k, offs_k, blk_lo + j)
             if PTH:
-                slot = _pick(pages_k, offs_k, blk_lo + j).to(gl.int64) * PAGE + offs_key
-                ks = gl.load(ks_head + slot * stride_ks_t, mask=offs_key < n_vis, other=0.0)
-                vs = gl.load(vs_head + slot * stride_vs_t, mask=offs_key < n_vis, other=0.0)
+                ks, vs = _page_scales(ks_head, vs_head, _pick(pages_k, offs_k, blk_lo + j), n_vis, offs_key,
+                                      stride_ks_t, stride_vs_t, PAGE)
+            else:
+                ks = qk_scale  # not read
+                vs = qk_scale
             mbarrier.wait(kbar.index(st), ph)
-            if K_IN_REGS:
-                k_a = k8.index(st).load(k_op_layout).to(gl.float16)
-                s = warpgroup_mma(k_a, q_s.permute((1, 0)), gl.zeros([BN, GQA], gl.float32, s_layout), use_acc=False)
-            else:
-                _convert(k8.index(st), k16, n_vis, False, BN, CONVERT_ROWS, cvt_layout)
-                fence_async_shared()
-                _cta_barrier()
-                s = warpgroup_mma(k16, q_s.permute((1, 0)), gl.zeros([BN, GQA], gl.float32, s_layout), use_acc=False)
-            if PTH:
-                s = s * (ks * qk_scale)[:, None]
-                s = gl.where((offs_key < n_vis)[:, None], s, float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(s, 0))
-                m_shift = gl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = gl.exp2(m_i - m_shift)
-                p = gl.exp2(s - m_shift[None, :])
-                l_i = l_i * alpha + gl.sum(p, 0)
-                v_top = gl.max(gl.abs(vs), 0)
-                v_top = gl.where(v_top > 0.0, v_top, 1.0)
-                acc = acc * (alpha * (acc_unit / v_top))[None, :]
-                acc_unit = v_top
-                p = p * (vs / v_top)[:, None]
-            else:
-                s = gl.where((offs_key < n_vis)[:, None], s, float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(s, 0) * qk_scale)
-                m_shift = gl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = gl.exp2(m_i - m_shift)
-                p = gl.exp2(s * qk_scale - m_shift[None, :])
-                l_i = l_i * alpha + gl.sum(p, 0)
-                acc = acc * alpha[None, :]
-            m_i = m_new
+            s = _issue_qk(k8.index(st), k16, q_s, n_vis, BN, GQA, CONVERT_ROWS, K_IN_REGS, False, s_layout,
+                          k_op_layout, cvt_layout)
+            p, m_i, l_i, acc, acc_unit = _softmax_step(s, n_vis, offs_key, m_i, l_i, acc, acc_unit, ks, vs, qk_scale,
+                                                       PTH)
             mbarrier.wait(vbar.index(st), ph)
             if SHARE_F16:
                 _cta_barrier()  # every warp's QK read k16 before V overwrites it
-            if n_vis < BN:
-                _convert(v8.index(st), v16, n_vis, True, BN, CONVERT_ROWS, cvt_layout)
-            else:
-                _convert(v8.index(st), v16, n_vis, False, BN, CONVERT_ROWS, cvt_layout)
+            _convert_v(v8.index(st), v16, n_vis, BN, CONVERT_ROWS, cvt_layout)
             p_s.store(p.to(gl.float16))
             fence_async_shared()
             _cta_barrier()  # V, P written; this stage's fp8 read by every thread

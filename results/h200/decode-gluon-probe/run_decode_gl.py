@@ -8,7 +8,7 @@ import torch
 import triton
 sys.path.insert(0, ".")
 sys.path.insert(0, "benchmarks")
-sys.path.insert(0, ".probe")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # decode_gl.py beside this file
 from bench import Spec, build  # noqa: E402
 from codegen import cases  # noqa: E402
 from codegen.accuracy import compare  # noqa: E402
