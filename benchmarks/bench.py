@@ -236,18 +236,19 @@ def run_spec(spec: Spec, arch: str, config_args: list[str], calls: int, tail: st
 
 
 def case_summary(rows: list[dict], wall_s: dict | None = None) -> list[dict]:
-    """One entry per case of `rows` (in their order): its shape (gqa, requests, query_len and prefix
-    for prefill; context instead of prefix for decode), and per column its time_us and
-    rel_l2 (columns that failed are left out). wall_s: seconds each case took, by label."""
+    """One entry per case of `rows` (in their order): its shape (num_q_heads, num_kv_heads and gqa,
+    requests, query_len and prefix for prefill; context instead of prefix for decode), and per column
+    its time_us and rel_l2 (columns that failed are left out). wall_s: seconds each case took, by label."""
     by_case: dict = {}
     for row in rows:
         if "error" in row:
             continue
         spec = row["spec"]
-        heads = HEAD_LAYOUTS.get(spec["layout"])  # (q heads, KV heads); None: a layout this version does not know
+        # (q heads, KV heads); None for each: a layout this version does not know
+        hq, hkv = HEAD_LAYOUTS.get(spec["layout"], (None, None))
         entry = by_case.setdefault(row["case"], dict(
-            case=row["case"], kernel=spec["kernel"], layout=spec["layout"],
-            gqa=heads[0] // heads[1] if heads else None, mode=spec["mode"],
+            case=row["case"], kernel=spec["kernel"], layout=spec["layout"], num_q_heads=hq, num_kv_heads=hkv,
+            gqa=hq // hkv if hq else None, mode=spec["mode"],
             pattern=spec["pattern"] if spec["kernel"] == "prefill" else None, requests=spec["batch"],
             query_len=spec["tokens"], time_us={}, rel_l2={}))
         entry["prefix" if spec["kernel"] == "prefill" else "context"] = spec["context"]
@@ -299,8 +300,8 @@ def main(argv=None) -> int:
     env["empty_launch_us"] = empty_launch_us(calls)
     # The host rule `auto` ran under (codegen.selection.PER_TOKEN_UP_TO for this arch): inside its
     # region `auto` is the per-token launch alone, which break_even.py says when it reads the file.
-    env["host_rule"] = {f"{mode}/gqa{gqa}": [list(b) for b in buckets]
-                        for (mode, gqa), buckets in selection.PER_TOKEN_UP_TO.get(arch, {}).items()}
+    env["host_rule"] = {f"{mode}/{hq}q{hkv}kv": [list(b) for b in buckets]
+                        for (mode, hq, hkv), buckets in selection.PER_TOKEN_UP_TO.get(arch, {}).items()}
     print(f"# {env['gpu']} ({arch}), torch {env['torch']}, triton {env['triton']}; "
           f"copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s, "
           f"an empty one-launch call {env['empty_launch_us']:.2f} us")

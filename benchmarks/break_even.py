@@ -10,11 +10,12 @@ table's configs as a user calls them) and prints:
     is the faster path; above 1 `auto` is slower than the faster path;
 (b) PER_TOKEN_UP_TO's entries for the run's arch as Python text, to paste into codegen/selection.py.
 
-The rule: for each scale mode, gqa (q heads // KV heads; TP1 64/4 and TP4 16/1 are both 16, so
-their cases count together) and request count R measured, the bucket (R, L) holds the largest
-measured query length L such that on EVERY case of that mode and gqa with R requests and query
-length <= L (every prefix, both selection patterns, every layout of that gqa) the per-token time is
-at most margin x min(tiled, auto) (margin 1.05 by default); L is 0 when even the shortest fails.
+The rule: for each scale mode, head layout (q heads, KV heads: TP1 64/4 and TP4 16/1 share a gqa
+of 16 but not their break-even, so each layout has its own entries) and request count R measured,
+the bucket (R, L) holds the largest measured query length L such that on EVERY case of that mode and
+layout with R requests and query length <= L (every prefix, both selection patterns) the per-token
+time is at most margin x min(tiled, auto) (margin 1.05 by default); L is 0 when even the shortest
+fails.
 Calls of n requests take the bucket with the smallest R >= n; more requests than the largest R
 measured have no host rule. A case whose column failed or is missing does not count (it is named).
 """
@@ -42,7 +43,8 @@ def measured_cases(rows: list[dict]) -> tuple[list[dict], list[str]]:
     a column that failed or is missing, or not a prefill case of a known head layout)."""
     rows = [row for row in rows if row.get("config") in COLUMNS]
     complete = [case for case in case_summary(rows)
-                if case["kernel"] == "prefill" and case["gqa"] is not None and set(case["time_us"]) == set(COLUMNS)]
+                if case["kernel"] == "prefill" and case["num_q_heads"] is not None
+                and set(case["time_us"]) == set(COLUMNS)]
     measured = {case["case"] for case in complete}
     incomplete = [label for label in dict.fromkeys(row["case"] for row in rows) if label not in measured]
     return complete, incomplete
@@ -54,14 +56,20 @@ def per_token_ratio(case: dict) -> float:
     return t["per_token"] / min(t["tiled"], t["auto"])
 
 
-def derive(cases: list[dict], margin: float = MARGIN) -> dict[tuple[str, int], list[tuple[int, int, dict | None]]]:
-    """{(mode, gqa): [(requests, L, the case that stopped L or None), ...]} by the module's rule,
-    request counts rising."""
+def rule_key(case: dict) -> tuple[str, int, int]:
+    """(mode, num_q_heads, num_kv_heads): PER_TOKEN_UP_TO's key for a case."""
+    return case["mode"], case["num_q_heads"], case["num_kv_heads"]
+
+
+def derive(cases: list[dict], margin: float = MARGIN) -> dict[tuple[str, int, int], list[tuple[int, int, dict | None]]]:
+    """{(mode, num_q_heads, num_kv_heads): [(requests, L, the case that stopped L or None), ...]} by
+    the module's rule, request counts rising."""
     groups: dict = {}
     for case in cases:
-        groups.setdefault((case["mode"], case["gqa"]), {}).setdefault(case["requests"], []).append(case)
+        groups.setdefault(rule_key(case), {}).setdefault(case["requests"], []).append(case)
     table = {}
-    for key in sorted(groups, key=lambda k: (_mode_order(k[0]), k[1])):
+    # Modes in SCALE_MODES' order, then the most q heads first (tp1, tp4, tp8: the ratio tables' order).
+    for key in sorted(groups, key=lambda k: (_mode_order(k[0]), -k[1], -k[2])):
         buckets = []
         for requests in sorted(groups[key]):
             bucket = groups[key][requests]
@@ -114,20 +122,20 @@ def python_entries(table: dict, arch: str, cases: list[dict], margin: float, sou
     """(b): PER_TOKEN_UP_TO = {arch: {...}} as Python, a comment per bucket saying what stopped it."""
     layouts = {}
     for c in cases:
-        layouts.setdefault((c["mode"], c["gqa"]), set()).add(c["layout"])
+        layouts.setdefault(rule_key(c), set()).add(c["layout"])
     lines = [f"# benchmarks/break_even.py {source}: margin {margin}",
-             "PER_TOKEN_UP_TO: dict[str, dict[tuple[str, int], tuple[tuple[int, int], ...]]] = {",
+             "PER_TOKEN_UP_TO: dict[str, dict[tuple[str, int, int], tuple[tuple[int, int], ...]]] = {",
              f'    "{arch}": {{']
-    for (mode, gqa), buckets in table.items():
-        names = ", ".join(sorted(layouts[(mode, gqa)], key=lambda l: int(l[2:])))
-        lines.append(f"        # {mode}, gqa {gqa} ({names}):")
+    for (mode, hq, hkv), buckets in table.items():
+        names = ", ".join(sorted(layouts[(mode, hq, hkv)], key=lambda l: int(l[2:])))
+        lines.append(f"        # {mode}, {hq}/{hkv} heads ({names}):")
         for requests, up_to, stopped in buckets:
             why = ("every length measured" if stopped is None else
                    f"{stopped['query_len']}: {stopped['case'].removeprefix('prefill ')}, per_token "
                    f"{per_token_ratio(stopped):.2f}x min(tiled, auto)")
             lines.append(f"        #   {requests} request{'s' if requests > 1 else ''}: up to {up_to} ({why})")
         entries = repr(tuple((requests, up_to) for requests, up_to, _ in buckets))
-        lines.append(f'        ("{mode}", {gqa}): {entries},')
+        lines.append(f'        ("{mode}", {hq}, {hkv}): {entries},')
     lines += ["    },", "}"]
     return "\n".join(lines)
 

@@ -102,8 +102,8 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
     device, per call, from how much the selections overlap (codegen.selection), without a host
     sync: when the tiled config has block_t > 1, both paths are launched and the one not chosen
     exits at once. With the table's configs (config=None), a short prefill whose shapes fall in the
-    measured per-token region (max_query_len, request count, q heads // KV heads, scale mode, arch:
-    selection.PER_TOKEN_UP_TO) is decided on the host instead: the per-token launch alone, as
+    measured per-token region (max_query_len, request count, head layout (q heads, KV heads), scale
+    mode, arch: selection.PER_TOKEN_UP_TO) is decided on the host instead: the per-token launch alone, as
     "per_token" runs it. None (the default): "auto" when the config comes from the loader, "tiled"
     when one is given (a given config runs as given). fold_scales=False runs the seed's unfolded
     scalar-scale baseline (for benchmarks)."""
@@ -136,7 +136,7 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
         selection = "auto" if config is None else "tiled"
     tile_selection.check_selection(selection)
     if selection == "auto" and config is None and tile_selection.per_token_on_host(
-            arch, scale_mode, q.shape[1] // num_kv_heads, num_requests, max_query_len):
+            arch, scale_mode, q.shape[1], num_kv_heads, num_requests, max_query_len):
         selection = "per_token"  # a short prefill: the per-token walk alone, known on the host (PER_TOKEN_UP_TO)
     stamp = TableStamp(arch, device_name(q.device)) if config is None else None
     resolve = functools.partial(_resolve_config, kernel="prefill", arch=arch, scale_mode=scale_mode, q=q,

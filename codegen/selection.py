@@ -60,56 +60,71 @@ MAX_SAMPLED_BLOCK_T = 8
 # plans the per-token launch alone (the table's per-token config: what selection="per_token" runs),
 # one launch and no decision; outside it, the device decides as above.
 #
-# PER_TOKEN_UP_TO[arch][(scale_mode, gqa)] = ((max_requests, max_query_len), ...): a call of n
-# requests (cu_seqlens_q.shape[0] - 1) takes the bucket with the smallest max_requests >= n, and the
-# per-token walk when its max_query_len is at most that bucket's. More requests than the largest
-# bucket, or an arch or (scale_mode, gqa) missing here: no host rule (the device decides). gqa is
-# q heads // KV heads: TP1 (64/4) and TP4 (16/1) are both 16, so their cases share entries; TP8
-# (8/1) is 8.
+# PER_TOKEN_UP_TO[arch][(scale_mode, num_q_heads, num_kv_heads)] = ((max_requests, max_query_len), ...):
+# a call of n requests (cu_seqlens_q.shape[0] - 1) takes the bucket with the smallest max_requests >= n,
+# and the per-token walk when its max_query_len is at most that bucket's. More requests than the largest
+# bucket, or an arch or (scale_mode, head layout) missing here: no host rule (the device decides). Keyed
+# by the head layout, not by gqa: TP1 (64/4) and TP4 (16/1) share a gqa of 16 but not their break-even
+# (1 request: TP1 up to 64 tokens, TP4 128 scalar and 256 per_token_head), and a layout never measured
+# keeps the device decision rather than borrowing another's bound.
 # The numbers come from the break-even run (on the GPU: `python benchmarks/bench.py --grid
 # short-appends --out DIR`, then `python benchmarks/break_even.py DIR/bench.json`, which prints
 # these entries). Its rule: a bucket (R, L) is measured at R requests, and L is the largest query
-# length such that on every case of that scale mode and gqa at R requests with query length <= L
-# (every prefix, both selection patterns, every layout of that gqa) the per-token time is at most
-# 1.05 x min(tiled, auto). gfx942 was never measured (it keeps the device decision).
-# Measured: results/h200/short-appends (2026-12-03, H200, 396 cases; each bucket's comment names the case
-# that stopped it). A bucket of 0 keeps the device decision.
-PER_TOKEN_UP_TO: dict[str, dict[tuple[str, int], tuple[tuple[int, int], ...]]] = {
+# length such that on every case of that scale mode and head layout at R requests with query length
+# <= L (every prefix, both selection patterns) the per-token time is at most 1.05 x min(tiled, auto).
+# gfx942 was never measured (it keeps the device decision).
+# Measured: results/h200/short-appends/bench.json (2026-12-03, H200, 396 cases), re-derived by layout on
+# 2026-12-03 (results/h200/auto-cost/break_even_by_layout.txt); each bucket's comment names the case that
+# stopped it. A bucket of 0 keeps the device decision.
+PER_TOKEN_UP_TO: dict[str, dict[tuple[str, int, int], tuple[tuple[int, int], ...]]] = {
     "sm90": {
-        # scalar, gqa 8 (tp8):
-        #   1 request: up to 128 (256: tp8 scalar correlated 1x256 prefix1k, per_token 1.29x min(tiled, auto))
-        #   4 requests: up to 32 (64: tp8 scalar correlated 4x64 prefix1k, per_token 1.28x min(tiled, auto))
-        #   16 requests: up to 0 (16: tp8 scalar correlated 16x16 prefix1k, per_token 1.29x min(tiled, auto))
-        ("scalar", 8): ((1, 128), (4, 32), (16, 0)),
-        # scalar, gqa 16 (tp1, tp4):
+        # scalar, 64/4 heads (tp1):
         #   1 request: up to 64 (128: tp1 scalar correlated 1x128 prefix1k, per_token 1.47x min(tiled, auto))
         #   4 requests: up to 16 (32: tp1 scalar correlated 4x32 prefix1k, per_token 1.47x min(tiled, auto))
         #   16 requests: up to 0 (16: tp1 scalar correlated 16x16 prefix1k, per_token 2.59x min(tiled, auto))
-        ("scalar", 16): ((1, 64), (4, 16), (16, 0)),
-        # per_token_head, gqa 8 (tp8):
-        #   1 request: up to 128 (256: tp8 per_token_head correlated 1x256 prefix1k, per_token 1.10x min(tiled, auto))
-        #   4 requests: up to 32 (64: tp8 per_token_head correlated 4x64 prefix1k, per_token 1.13x min(tiled, auto))
-        #   16 requests: up to 0 (16: tp8 per_token_head correlated 16x16 prefix1k, per_token 1.13x min(tiled, auto))
-        ("per_token_head", 8): ((1, 128), (4, 32), (16, 0)),
-        # per_token_head, gqa 16 (tp1, tp4):
+        ("scalar", 64, 4): ((1, 64), (4, 16), (16, 0)),
+        # scalar, 16/1 heads (tp4):
+        #   1 request: up to 128 (256: tp4 scalar correlated 1x256 prefix1k, per_token 1.30x min(tiled, auto))
+        #   4 requests: up to 32 (64: tp4 scalar correlated 4x64 prefix1k, per_token 1.32x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp4 scalar correlated 16x16 prefix1k, per_token 1.32x min(tiled, auto))
+        ("scalar", 16, 1): ((1, 128), (4, 32), (16, 0)),
+        # scalar, 8/1 heads (tp8):
+        #   1 request: up to 128 (256: tp8 scalar correlated 1x256 prefix1k, per_token 1.29x min(tiled, auto))
+        #   4 requests: up to 32 (64: tp8 scalar correlated 4x64 prefix1k, per_token 1.28x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp8 scalar correlated 16x16 prefix1k, per_token 1.29x min(tiled, auto))
+        ("scalar", 8, 1): ((1, 128), (4, 32), (16, 0)),
+        # per_token_head, 64/4 heads (tp1):
         #   1 request: up to 64 (128: tp1 per_token_head correlated 1x128 prefix1k, per_token 1.83x min(tiled, auto))
         #   4 requests: up to 16 (32: tp1 per_token_head correlated 4x32 prefix1k, per_token 1.84x min(tiled, auto))
         #   16 requests: up to 0 (16: tp1 per_token_head correlated 16x16 prefix1k, per_token 2.86x min(tiled, auto))
-        ("per_token_head", 16): ((1, 64), (4, 16), (16, 0)),
+        ("per_token_head", 64, 4): ((1, 64), (4, 16), (16, 0)),
+        # per_token_head, 16/1 heads (tp4):
+        #   1 request: up to 256 (512: tp4 per_token_head correlated 1x512 prefix8k, per_token 1.95x min(tiled, auto))
+        #   4 requests: up to 64 (128: tp4 per_token_head correlated 4x128 prefix1k, per_token 2.25x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp4 per_token_head correlated 16x16 prefix1k, per_token 1.06x min(tiled, auto))
+        ("per_token_head", 16, 1): ((1, 256), (4, 64), (16, 0)),
+        # per_token_head, 8/1 heads (tp8):
+        #   1 request: up to 128 (256: tp8 per_token_head correlated 1x256 prefix1k, per_token 1.10x min(tiled, auto))
+        #   4 requests: up to 32 (64: tp8 per_token_head correlated 4x64 prefix1k, per_token 1.13x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp8 per_token_head correlated 16x16 prefix1k, per_token 1.13x min(tiled, auto))
+        ("per_token_head", 8, 1): ((1, 128), (4, 32), (16, 0)),
     },
 }
 
 
-def per_token_on_host(arch: str, scale_mode: str, gqa: int, num_requests: int, max_query_len: int) -> bool:
+def per_token_on_host(arch: str, scale_mode: str, num_q_heads: int, num_kv_heads: int, num_requests: int,
+                      max_query_len: int) -> bool:
     """True when `auto` takes the per-token walk on the host for this call shape (PER_TOKEN_UP_TO);
     False: no host rule, the device decides."""
     get_arch(arch)
     if scale_mode not in SCALE_MODES:
         raise ValueError(f"scale_mode: expected one of {SCALE_MODES}, got {scale_mode!r}")
-    check_int("gqa", gqa, minimum=1)
+    check_int("num_q_heads", num_q_heads, minimum=1)
+    check_int("num_kv_heads", num_kv_heads, minimum=1)
     check_int("num_requests", num_requests, minimum=0)
     check_int("max_query_len", max_query_len, minimum=0)
-    for max_requests, up_to in sorted(PER_TOKEN_UP_TO.get(arch, {}).get((scale_mode, gqa), ())):
+    buckets = PER_TOKEN_UP_TO.get(arch, {}).get((scale_mode, num_q_heads, num_kv_heads), ())
+    for max_requests, up_to in sorted(buckets):
         if num_requests <= max_requests:
             return max_query_len <= up_to
     return False

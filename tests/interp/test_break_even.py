@@ -61,7 +61,8 @@ def test_the_case_summary_carries_each_case_with_its_three_times():
             for col, t in (("tiled", 48.0), ("per_token", 47.0), ("auto", 61.0))]
     rows.append(dict(case=spec.label, config='{"block_n": 16}', error="ValueError: x"))
     (case,) = bench.case_summary(rows, {spec.label: 1.5})
-    assert case == dict(case=spec.label, kernel="prefill", layout="tp4", gqa=16, mode="scalar", pattern="correlated",
+    assert case == dict(case=spec.label, kernel="prefill", layout="tp4", num_q_heads=16, num_kv_heads=1, gqa=16,
+                        mode="scalar", pattern="correlated",
                         requests=4, query_len=64, prefix=8192, time_us=dict(tiled=48.0, per_token=47.0, auto=61.0),
                         rel_l2=dict(tiled=1e-3, per_token=1e-3, auto=1e-3), wall_s=1.5)
 
@@ -70,15 +71,15 @@ def test_the_case_summary_carries_each_case_with_its_three_times():
 
 def _per_token_us(layout, pattern, prefix, requests, query_len):
     """Synthetic times: tiled 100 us, auto 110 us, per_token by request count: 1 request q/2 (wins up
-    to 128: 256/2 = 128 > 105), 4 requests q (up to 64, except one case that loses at 32), 16 requests
-    200 (never). Both scale modes alike."""
+    to 128: 256/2 = 128 > 105), 4 requests q (up to 64, except one TP4 case that loses at 32: it stops
+    TP4 alone, not TP1 of the same gqa), 16 requests 200 (never). Both scale modes alike."""
     if (layout, pattern, prefix, requests, query_len) == ("tp4", "random", 8192, 4, 32):
         return 300.0
     return {1: query_len / 2, 4: float(query_len), 16: 200.0}[requests]
 
 
-WANT = {"sm90": {(mode, gqa): buckets for mode in ("scalar", "per_token_head")
-                 for gqa, buckets in ((8, ((1, 128), (4, 64), (16, 0))), (16, ((1, 128), (4, 16), (16, 0))))}}
+WANT = {"sm90": {(mode, hq, hkv): ((1, 128), (4, 16 if (hq, hkv) == (16, 1) else 64), (16, 0))
+                 for mode in ("scalar", "per_token_head") for hq, hkv in LAYOUTS.values()}}
 
 
 def _bench_json(path, *, failed=False, host_rule=None):
@@ -122,6 +123,9 @@ def test_the_derivation_prints_the_ratios_and_the_entries(tmp_path):
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     out = proc.stdout
     assert _entries(out) == WANT
+    assert list(_entries(out)["sm90"])[:3] == [("scalar", 64, 4), ("scalar", 16, 1), ("scalar", 8, 1)]
+    assert "        # scalar, 16/1 heads (tp4):\n" in out
+    assert '        ("scalar", 16, 1): ((1, 128), (4, 16), (16, 0)),' in out
     assert "## scalar, tp1 (64/4 heads, gqa 16): per_token / tiled, auto / min(tiled, per_token)" in out
     assert "| pattern | requests | prefix | 16 | 32 | 64 | 128 | 256 | 512 |" in out
     # 1 request, 16 tokens: per_token 8 us / tiled 100 us; auto 110 us / 8 us
@@ -134,18 +138,18 @@ def test_the_derivation_prints_the_ratios_and_the_entries(tmp_path):
 def test_the_margin_moves_the_bounds(tmp_path):
     proc = _run(_bench_json(tmp_path / "bench.json"), "--margin", "1.3")  # 128 / 100 and 256 / 2 / 100 <= 1.3
     assert proc.returncode == 0, proc.stderr
-    assert _entries(proc.stdout)["sm90"][("scalar", 8)] == ((1, 256), (4, 128), (16, 0))
+    assert _entries(proc.stdout)["sm90"][("scalar", 8, 1)] == ((1, 256), (4, 128), (16, 0))
 
 
 def test_a_failed_column_leaves_its_case_out_by_name(tmp_path):
     proc = _run(_bench_json(tmp_path / "bench.json", failed=True))
     assert proc.returncode == 0, proc.stderr
     assert "left out (a column failed or is missing): prefill tp4 scalar random 4x32 prefix8k" in proc.stdout
-    assert _entries(proc.stdout)["sm90"][("scalar", 16)] == ((1, 128), (4, 64), (16, 0))  # no longer stopped at 32
+    assert _entries(proc.stdout)["sm90"][("scalar", 16, 1)] == ((1, 128), (4, 64), (16, 0))  # no longer stopped at 32
 
 
 def test_a_run_under_a_host_rule_says_so(tmp_path):
-    proc = _run(_bench_json(tmp_path / "bench.json", host_rule={"scalar/gqa16": [[1, 64]]}))
+    proc = _run(_bench_json(tmp_path / "bench.json", host_rule={"scalar/16q1kv": [[1, 64]]}))
     assert proc.returncode == 0 and proc.stdout.startswith("note: auto ran under a host rule"), proc.stdout[:300]
 
 
@@ -153,10 +157,12 @@ def test_the_entries_pasted_give_the_host_rule_they_describe(tmp_path, monkeypat
     table = _entries(_run(_bench_json(tmp_path / "bench.json")).stdout)
     monkeypatch.setattr(selection, "PER_TOKEN_UP_TO", table)
     on_host = selection.per_token_on_host
-    assert on_host("sm90", "scalar", 16, 1, 128) and not on_host("sm90", "scalar", 16, 1, 129)
-    assert on_host("sm90", "scalar", 16, 3, 16) and not on_host("sm90", "scalar", 16, 3, 17)  # the 4-request bucket
-    assert on_host("sm90", "per_token_head", 8, 4, 64) and not on_host("sm90", "per_token_head", 8, 16, 1)
-    assert not on_host("sm90", "scalar", 8, 17, 1) and not on_host("gfx942", "scalar", 8, 1, 16)
+    assert on_host("sm90", "scalar", 16, 1, 1, 128) and not on_host("sm90", "scalar", 16, 1, 1, 129)
+    assert on_host("sm90", "scalar", 16, 1, 3, 16) and not on_host("sm90", "scalar", 16, 1, 3, 17)  # 4-request bucket
+    assert on_host("sm90", "scalar", 64, 4, 3, 64)  # TP1 (same gqa as TP4) is not stopped by TP4's case
+    assert on_host("sm90", "per_token_head", 8, 1, 4, 64) and not on_host("sm90", "per_token_head", 8, 1, 16, 1)
+    assert not on_host("sm90", "scalar", 8, 1, 17, 1) and not on_host("gfx942", "scalar", 8, 1, 1, 16)
+    assert not on_host("sm90", "scalar", 32, 2, 1, 16)  # a layout the run did not measure
 
 
 @pytest.mark.parametrize("args, start", [

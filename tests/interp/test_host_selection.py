@@ -8,12 +8,13 @@ from codegen import LaunchConfig, cases, plan, selection, tuned_store
 from codegen import api as api_module
 from codegen.accuracy import compare, gate_dtype
 from codegen.selection import per_token_on_host
+from codegen.shapes import HEAD_LAYOUTS
 from codegen.variants import ARCHS, SCALE_MODES
 
-# Small shapes (the interpreter): 8 q / 2 KV heads, gqa 4; two requests, the longer of 16 tokens.
+# Small shapes (the interpreter): 8 q / 2 KV heads; two requests, the longer of 16 tokens.
 SHAPE = dict(q_lens=[16, 9], prefix_lens=[8000, 300], num_q_heads=8, num_kv_heads=2, head_dim=32, topk=4,
              kv_dtype="fp8", scale_mode="scalar")
-GQA, REQUESTS, MAX_QUERY_LEN = 4, 2, 16
+HQ, HKV, REQUESTS, MAX_QUERY_LEN = 8, 2, 2, 16
 TILES = LaunchConfig(block_n=32, block_t=4)  # the table's tiled config: auto has something to decide
 PER_TOKEN = LaunchConfig(block_n=16)  # its per-token sub-entry: told apart from the tiles' twin (block_n 32)
 
@@ -25,32 +26,35 @@ def _table(monkeypatch, entries):
 # --- the lookup ---------------------------------------------------------------------------------
 
 def test_the_lookup_takes_the_smallest_bucket_that_holds_the_request_count(monkeypatch):
-    _table(monkeypatch, {"sm90": {("scalar", 16): ((4, 64), (1, 128))}})  # any order: sorted by requests
+    _table(monkeypatch, {"sm90": {("scalar", 16, 1): ((4, 64), (1, 128))}})  # any order: sorted by requests
     inside = [(1, 128), (0, 128), (2, 64), (4, 64), (1, 1)]
     outside = [(1, 129), (2, 65), (4, 128), (5, 1), (16, 16)]  # past the bucket's length; more requests than any
-    assert [per_token_on_host("sm90", "scalar", 16, n, q) for n, q in inside] == [True] * len(inside)
-    assert [per_token_on_host("sm90", "scalar", 16, n, q) for n, q in outside] == [False] * len(outside)
+    assert [per_token_on_host("sm90", "scalar", 16, 1, n, q) for n, q in inside] == [True] * len(inside)
+    assert [per_token_on_host("sm90", "scalar", 16, 1, n, q) for n, q in outside] == [False] * len(outside)
 
 
 def test_a_missing_arch_mode_or_layout_has_no_host_rule(monkeypatch):
-    _table(monkeypatch, {"sm90": {("scalar", 16): ((16, 512),)}})
-    assert per_token_on_host("sm90", "scalar", 16, 1, 16)
-    assert not per_token_on_host("gfx942", "scalar", 16, 1, 16)  # arch
-    assert not per_token_on_host("sm90", "per_token_head", 16, 1, 16)  # scale mode
-    assert not per_token_on_host("sm90", "scalar", 8, 1, 16)  # gqa
-    _table(monkeypatch, {"sm90": {("scalar", 16): ((4, 0),)}})  # a bucket where even the shortest lost
-    assert not per_token_on_host("sm90", "scalar", 16, 1, 16)
+    _table(monkeypatch, {"sm90": {("scalar", 16, 1): ((16, 512),)}})
+    assert per_token_on_host("sm90", "scalar", 16, 1, 1, 16)
+    assert not per_token_on_host("gfx942", "scalar", 16, 1, 1, 16)  # arch
+    assert not per_token_on_host("sm90", "per_token_head", 16, 1, 1, 16)  # scale mode
+    assert not per_token_on_host("sm90", "scalar", 64, 4, 1, 16)  # another layout of the same gqa
+    assert not per_token_on_host("sm90", "scalar", 8, 1, 1, 16)  # another layout
+    _table(monkeypatch, {"sm90": {("scalar", 16, 1): ((4, 0),)}})  # a bucket where even the shortest lost
+    assert not per_token_on_host("sm90", "scalar", 16, 1, 1, 16)
 
 
 @pytest.mark.parametrize("args, error, match", [
-    (("sm80", "scalar", 16, 1, 16), ValueError, "arch: expected one of"),
-    (("sm90", "fp8", 16, 1, 16), ValueError, "scale_mode: expected one of"),
-    (("sm90", "scalar", 0, 1, 16), ValueError, "gqa: expected an int >= 1, got 0"),
-    (("sm90", "scalar", 16, -1, 16), ValueError, "num_requests: expected an int >= 0, got -1"),
-    (("sm90", "scalar", 16, 1, -1), ValueError, "max_query_len: expected an int >= 0, got -1"),
-    (("sm90", "scalar", 16.0, 1, 16), TypeError, "gqa: expected an int, got float"),
-    (("sm90", "scalar", 16, True, 16), TypeError, "num_requests: expected an int, got bool"),
-    (("sm90", "scalar", 16, 1, "16"), TypeError, "max_query_len: expected an int, got str"),
+    (("sm80", "scalar", 16, 1, 1, 16), ValueError, "arch: expected one of"),
+    (("sm90", "fp8", 16, 1, 1, 16), ValueError, "scale_mode: expected one of"),
+    (("sm90", "scalar", 0, 1, 1, 16), ValueError, "num_q_heads: expected an int >= 1, got 0"),
+    (("sm90", "scalar", 16, 0, 1, 16), ValueError, "num_kv_heads: expected an int >= 1, got 0"),
+    (("sm90", "scalar", 16, 1, -1, 16), ValueError, "num_requests: expected an int >= 0, got -1"),
+    (("sm90", "scalar", 16, 1, 1, -1), ValueError, "max_query_len: expected an int >= 0, got -1"),
+    (("sm90", "scalar", 16.0, 1, 1, 16), TypeError, "num_q_heads: expected an int, got float"),
+    (("sm90", "scalar", 16, "1", 1, 16), TypeError, "num_kv_heads: expected an int, got str"),
+    (("sm90", "scalar", 16, 1, True, 16), TypeError, "num_requests: expected an int, got bool"),
+    (("sm90", "scalar", 16, 1, 1, "16"), TypeError, "max_query_len: expected an int, got str"),
 ])
 def test_bad_arguments_are_named(monkeypatch, args, error, match):
     _table(monkeypatch, {})
@@ -59,16 +63,31 @@ def test_bad_arguments_are_named(monkeypatch, args, error, match):
 
 
 def test_the_shipped_table_is_well_formed():
-    """Archs and scale modes the kernels know, a gqa, buckets of distinct request counts >= 1 and
-    lengths >= 0; gfx942 was never measured, so it has no entries."""
+    """Archs and scale modes the kernels know, a head layout of codegen.shapes, buckets of distinct
+    request counts >= 1 and lengths >= 0; gfx942 was never measured, so it has no entries."""
     assert "gfx942" not in selection.PER_TOKEN_UP_TO
     for arch, entries in selection.PER_TOKEN_UP_TO.items():
         assert arch in ARCHS
-        for (mode, gqa), buckets in entries.items():
-            assert mode in SCALE_MODES and type(gqa) is int and gqa >= 1, (arch, mode, gqa)
+        for (mode, hq, hkv), buckets in entries.items():
+            assert mode in SCALE_MODES and (hq, hkv) in HEAD_LAYOUTS.values(), (arch, mode, hq, hkv)
             requests = [r for r, _ in buckets]
             assert len(set(requests)) == len(requests) and min(requests) >= 1, (arch, mode, buckets)
             assert all(type(q) is int and q >= 0 for _, q in buckets), (arch, mode, buckets)
+
+
+def test_the_shipped_table_keeps_tp1_and_tp4_apart():
+    """The H200 run re-derived by layout (results/h200/auto-cost/break_even_by_layout.txt): one request
+    of 128 tokens is inside TP4's (16/1) region in both fp8 modes and outside TP1's (64/4), which
+    shares its gqa; TP4 per_token_head reaches 256."""
+    for mode in ("scalar", "per_token_head"):
+        assert per_token_on_host("sm90", mode, 16, 1, 1, 128), mode
+        assert not per_token_on_host("sm90", mode, 64, 4, 1, 128), mode
+        assert per_token_on_host("sm90", mode, 64, 4, 1, 64) and per_token_on_host("sm90", mode, 8, 1, 1, 128), mode
+    assert not per_token_on_host("sm90", "scalar", 16, 1, 1, 256)
+    assert per_token_on_host("sm90", "per_token_head", 16, 1, 1, 256)
+    assert per_token_on_host("sm90", "per_token_head", 16, 1, 4, 64)
+    assert not per_token_on_host("sm90", "scalar", 16, 1, 4, 64)
+    assert not per_token_on_host("sm90", "scalar", 32, 2, 1, 16)  # TP2 was not measured: the device decides
 
 
 # --- the API under the interpreter ----------------------------------------------------------------
@@ -132,7 +151,7 @@ DEVICE_DECIDES = ["decide", TILES, PER_TOKEN]  # today's auto: the decision, the
 @pytest.mark.parametrize("selection_arg", [None, "auto"])  # the default, and auto named
 def test_inside_the_region_auto_plans_the_per_token_launch_alone(tuned_table, launched, monkeypatch,
                                                                  selection_arg):
-    _table(monkeypatch, {"sm90": {("scalar", GQA): ((REQUESTS, MAX_QUERY_LEN),)}})
+    _table(monkeypatch, {"sm90": {("scalar", HQ, HKV): ((REQUESTS, MAX_QUERY_LEN),)}})
     case = cases.prefill_case(arch="sm90", pattern="correlated", seed=1, future_prob=0.0, **SHAPE)
     assert case.args["max_query_len"] == MAX_QUERY_LEN and case.args["cu_seqlens_q"].shape[0] - 1 == REQUESTS
     _checked(case, selection=selection_arg)
@@ -145,7 +164,7 @@ def test_inside_the_region_auto_plans_the_per_token_launch_alone(tuned_table, la
 
 
 def test_inside_the_region_auto_runs_what_per_token_runs(tuned_table, launched, monkeypatch):
-    _table(monkeypatch, {"sm90": {("scalar", GQA): ((REQUESTS, MAX_QUERY_LEN),)}})
+    _table(monkeypatch, {"sm90": {("scalar", HQ, HKV): ((REQUESTS, MAX_QUERY_LEN),)}})
     case = cases.prefill_case(arch="sm90", pattern="random", seed=2, future_prob=0.0, **SHAPE)
     _checked(case, selection="per_token")
     named = _only_plan()
@@ -158,10 +177,11 @@ def test_inside_the_region_auto_runs_what_per_token_runs(tuned_table, launched, 
 
 @pytest.mark.parametrize("entries", [
     {},  # nothing measured
-    {"sm90": {("scalar", GQA): ((REQUESTS, MAX_QUERY_LEN - 1),)}},  # the longest request is one token too long
-    {"sm90": {("scalar", GQA): ((REQUESTS - 1, 512),)}},  # more requests than the largest bucket
-    {"sm90": {("per_token_head", GQA): ((16, 512),), ("scalar", 2 * GQA): ((16, 512),)}},  # other mode, layout
-    {"gfx942": {("scalar", GQA): ((16, 512),)}},  # another arch's
+    {"sm90": {("scalar", HQ, HKV): ((REQUESTS, MAX_QUERY_LEN - 1),)}},  # the longest request is one token too long
+    {"sm90": {("scalar", HQ, HKV): ((REQUESTS - 1, 512),)}},  # more requests than the largest bucket
+    {"sm90": {("per_token_head", HQ, HKV): ((16, 512),), ("scalar", 2 * HQ, HKV): ((16, 512),),
+              ("scalar", 4 * HQ, 4 * HKV): ((16, 512),)}},  # other mode; other layouts, one of the same gqa
+    {"gfx942": {("scalar", HQ, HKV): ((16, 512),)}},  # another arch's
 ])
 def test_outside_the_region_the_device_decides_as_before(tuned_table, launched, monkeypatch, entries):
     _table(monkeypatch, entries)
@@ -175,7 +195,7 @@ def test_outside_the_region_the_device_decides_as_before(tuned_table, launched, 
 def test_a_given_config_keeps_its_selection(tuned_table, launched, monkeypatch):
     """A config passed with selection='auto' still decides on the device (with its per-token twin);
     without a selection it runs as given (tiled); the host rule is for the table's configs only."""
-    _table(monkeypatch, {"sm90": {("scalar", GQA): ((16, 512),)}})
+    _table(monkeypatch, {"sm90": {("scalar", HQ, HKV): ((16, 512),)}})
     case = cases.prefill_case(arch="sm90", pattern="random", seed=4, future_prob=0.0, **SHAPE)
     given = LaunchConfig(block_n=64, block_t=2)
     _checked(case, config=given, selection="auto")
@@ -189,7 +209,7 @@ def test_a_given_config_keeps_its_selection(tuned_table, launched, monkeypatch):
 
 
 def test_a_step_plan_takes_the_same_rule(tuned_table, launched, monkeypatch):
-    _table(monkeypatch, {"sm90": {("scalar", GQA): ((REQUESTS, MAX_QUERY_LEN),)}})
+    _table(monkeypatch, {"sm90": {("scalar", HQ, HKV): ((REQUESTS, MAX_QUERY_LEN),)}})
     case = cases.prefill_case(arch="sm90", pattern="correlated", seed=5, future_prob=0.0, **SHAPE)
     a = case.args
     step = api_module.plan_prefill(a["block_table"], a["cu_seqlens_q"], a["seq_lens"], a["prefix_lens"],
