@@ -172,16 +172,18 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
         # One launch decides on the device and writes both launches' offsets (the other path's are
         # zeros); its counters are the plan's own (codegen.workspace.call_counters).
         counters = call_counters(q.device, 3, capturing, key="selection")
+        # A call whose tiles leave SMs idle keeps them only at a smaller inflation (selection.fill_factor).
+        fill = tile_selection.fill_factor(q.shape[0], num_kv_heads, config.block_t, _sm_count(q.device))
         if config.warp_specialize:  # the Gluon tile's plan launch decides, exactly over every tile's plan
             decide = selection_kernel.PlanDecision.for_call(
-                cu_seqlens_q, tile_selection.tiles_pay_off_below(config.block_t, scale_mode), counters)
+                cu_seqlens_q, tile_selection.tiles_pay_off_below(config.block_t, scale_mode) * fill, counters)
             tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded,
                          decide=decide)
             per_token_cu = decide.per_token_cu
         else:  # a decision launch, then the tiles
             sampled_t = tile_selection.sampled_block_t(config.block_t)
             tiled_cu, per_token_cu = selection_kernel.decide_and_split(
-                topk_idx, sampled_t, tile_selection.tiles_pay_off_below(sampled_t, scale_mode), cu_seqlens_q,
+                topk_idx, sampled_t, tile_selection.tiles_pay_off_below(sampled_t, scale_mode) * fill, cu_seqlens_q,
                 prefix_lens, tile_selection.SAMPLED_TILES, counters=counters, record=recorded)
             tiles.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, record=recorded)
         module.launch(q, kv_cache, topk_idx, block_table, per_token_cu, *rest, per_token, record=recorded)
@@ -242,6 +244,18 @@ def _plan_decode(tensors, num_kv_heads, sm_scale, decode_query_len, *, arch, con
             part_o, part_lse, output, num_kv_heads, v_scale, config, use_pdl, record=recorded)
     launches = bind_recorded(recorded, roles, device=_launch_device(q))
     return call_plans.CallPlan(launches, stamp=stamp, config=config)
+
+
+@functools.cache
+def _device_sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _sm_count(device: torch.device) -> int | None:
+    """The GPU's SM (CU) count; None off a GPU (the interpreter has none)."""
+    if device.type != "cuda":
+        return None
+    return _device_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _launch_device(q: torch.Tensor) -> int:

@@ -130,6 +130,34 @@ def per_token_on_host(arch: str, scale_mode: str, num_q_heads: int, num_kv_heads
     return False
 
 
+# Short calls: the threshold above is measured on calls whose tiles fill every SM. When a call's
+# tiles are fewer than the SMs, each tile's pages are the critical path and the per-token walk's
+# programs (block_t times as many) spread the same picks over more SMs; the tiles then pay off only
+# below a smaller inflation. Model: each path takes max(1, programs / SMs) waves of its programs'
+# steps, a tile's steps being `inflation` times a token's; the threshold keeps its value where both
+# paths fill the GPU and scales by (per-token waves / tile waves) / block_t below that. On the H200's
+# short-prefill grid (results/h200/short-appends, 396 cases; CPU check: benchmarks/probes/
+# selection_check.py) the device's pick was more than 5% slower than the faster path in 101 cases
+# (worst 4.0x: TP1 random 32 tokens after 8k) with the threshold alone, in 6 (worst 1.14x,
+# per_token_head) with this factor at the H200's 132 SMs. An SM count of 66 or 264 instead gave 39
+# and 37: the count is the device's own, not a fitted constant. gfx942 takes its CU count, unmeasured.
+
+
+def fill_factor(total_q: int, num_kv_heads: int, block_t: int, sm_count: int | None) -> float:
+    """How much of the tiles' inflation threshold a call keeps (1.0 when its tiles fill every SM, or
+    when the SM count is not known: the interpreter). total_q tokens in block_t-token tiles; a call
+    of several requests has a few more tiles than total_q / block_t, which this leaves out."""
+    check_int("total_q", total_q, minimum=0)
+    check_int("num_kv_heads", num_kv_heads, minimum=1)
+    check_int("block_t", block_t, minimum=1)
+    if sm_count is None or total_q == 0:
+        return 1.0
+    check_int("sm_count", sm_count, minimum=1)
+    tile_waves = max(1.0, -(-total_q // block_t) * num_kv_heads / sm_count)
+    token_waves = max(1.0, total_q * num_kv_heads / sm_count)
+    return min(1.0, token_waves / tile_waves / block_t)
+
+
 def sampled_block_t(block_t: int) -> int:
     """The tile size whose inflation `auto` estimates for tiles of block_t tokens."""
     return min(block_t, MAX_SAMPLED_BLOCK_T)

@@ -21,7 +21,10 @@ import triton.language as tl
 from .variants import PAGE_SIZE
 from .workspace import arrival_counters
 
-SAMPLES_PER_PROGRAM = 8
+# Samples a program walks, in series. One: the launch's latency is one sample's chain of loads (cu,
+# prefix, top-k) and the arrival, not eight of them (H200, short prefills at TP4/TP8: the launch took
+# 7.9-14.0 us at 8 a program, 3.9-5.5 us at 1; results/h200/auto-cost).
+SAMPLES_PER_PROGRAM = 1
 
 
 # The counts vary with every batch; specializing on them (== 1, multiples of 16) would compile

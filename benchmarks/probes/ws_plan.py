@@ -6,9 +6,11 @@ first (codegen.selection_kernel) and the per-token walk is launched too, over em
 tiles are chosen. This times, graph-timed over 3 rotating seeds of the bench's correlated prefill cases
 (scalar scales): the plan launch alone (PLAN_WARPS 1, 2, 4, 8 with --warps), the whole call with
 selection 'tiled' and 'auto', the decision launch alone, and the empty per-token launch alone; and prints
-what 'auto' decides on the device.
+what 'auto' decides on the device. With --short: short prefills (issue 37) with the table's
+configs instead, where `auto` cost 9-15 us over the faster path (results/h200/short-appends): each
+launch of auto's plan alone.
 
-  python benchmarks/probes/ws_plan.py [--warps] [--out DIR]
+  python benchmarks/probes/ws_plan.py [--warps] [--short] [--out DIR]
 """
 from __future__ import annotations
 
@@ -25,6 +27,65 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 CASES = (("tp1", 4, 2048), ("tp1", 1, 8192), ("tp4", 1, 8192), ("tp8", 1, 8192))
+
+
+# Short prefills (issue 37): the whole call under each selection with the table's configs (config=None,
+# as an engine calls), then each launch of `auto`'s plan alone and the plan without its last launch.
+# The host rule is switched off so that `auto` decides on the device. SAMPLES_PER_PROGRAM varies the
+# Triton tiles' decision launch (its programs walk their samples in series).
+SHORT_CASES = (("tp4", "correlated", 1, 64, 8192), ("tp4", "correlated", 4, 128, 8192),
+               ("tp4", "random", 1, 128, 8192), ("tp4", "correlated", 1, 512, 8192),
+               ("tp8", "correlated", 1, 64, 8192), ("tp8", "correlated", 4, 256, 8192),
+               ("tp8", "random", 1, 512, 8192), ("tp1", "random", 1, 128, 8192),
+               ("tp1", "correlated", 1, 128, 8192), ("tp1", "correlated", 16, 64, 8192),
+               ("tp1", "random", 1, 128, 131072))
+ROLES = ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale", "block_table", "cu_seqlens_q",
+         "seq_lens", "prefix_lens")
+
+
+def short_parts(row) -> None:
+    import bench
+    from codegen import api, cases, selection_kernel
+    from codegen import selection as tile_selection
+    from codegen.timing import graph_time
+
+    tile_selection.PER_TOKEN_UP_TO.clear()  # the device decides every call
+    for layout, pattern, batch, tokens, prefix in SHORT_CASES:
+        spec = bench.Spec("prefill", layout, "scalar", batch, tokens, prefix, pattern)
+        sets = [bench.build(spec, "sm90", seed) for seed in range(4)]
+        name = spec.label
+        for selection in ("tiled", "per_token", "auto"):
+            t = graph_time([lambda c=c: cases.run_kernel(c, selection=selection) for c in sets] * 3, replays=10)
+            row(case=name, part=f"whole call, selection {selection}", us=round(t.median_us, 2))
+        for per_program in (8, 2, 1):
+            default, selection_kernel.SAMPLES_PER_PROGRAM = selection_kernel.SAMPLES_PER_PROGRAM, per_program
+            a = sets[0].args
+            plan = api._plan_prefill(tuple(a[r] for r in ROLES), a["max_query_len"], a["num_kv_heads"], a["sm_scale"],
+                                     arch="sm90", config=None, fold_scales=True, selection="auto")
+            selection_kernel.SAMPLES_PER_PROGRAM = default
+            if per_program != 8 and not any("inflation" in launch.kernel.__name__ for launch in plan.launches):
+                continue  # the Gluon tile decides in its plan launch: no samples to spread
+            tensors = [tuple(c.args[r] for r in ROLES) for c in sets]
+            pointers = [[0 if t is None else t.data_ptr() for t in ts] for ts in tensors]
+
+            def timed(calls):
+                def one(i):
+                    stream = torch.cuda.current_stream().cuda_stream
+                    for call in calls:
+                        call(tensors[i], pointers[i], stream)
+                return graph_time([lambda i=i: one(i) for i in range(len(sets))] * 3, replays=10).median_us
+
+            names = [launch.kernel.__name__ for launch in plan.launches]
+            grids = [launch.grid for launch in plan.launches]
+            row(case=name, part="auto's plan", samples_per_program=per_program, launches=names, grids=grids,
+                us=round(timed(plan.calls), 2))
+            for i, call in enumerate(plan.calls):
+                row(case=name, part=f"launch {i} alone", kernel=names[i], samples_per_program=per_program,
+                    us=round(timed([call]), 2))
+            row(case=name, part="plan without its last launch", samples_per_program=per_program,
+                us=round(timed(plan.calls[:-1]), 2))
+        del sets
+        torch.cuda.empty_cache()
 
 
 def _recorded(launch, case, config, cu=None):
@@ -72,6 +133,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warps", action="store_true", help="also time the plan launch at 1, 2 and 8 warps")
+    parser.add_argument("--short", action="store_true", help="short prefills with the table's configs instead")
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args()
     rows = []
@@ -79,6 +141,11 @@ def main() -> None:
     def row(**values):
         rows.append(values)
         print(values, flush=True)
+
+    if args.short:
+        short_parts(row)
+        write_rows(args.out, "ws_plan_short", rows)
+        return
 
     for layout, batch, tokens in CASES:
         name = f"{layout} {batch}x{tokens}"

@@ -174,3 +174,41 @@ def test_auto_decides_in_one_launch_without_the_torch_estimate(monkeypatch):
     assert calls == [4]
     assert compare(out, cases.run_reference(case), gate_dtype(case.args["q"].dtype, LaunchConfig())).ok
     assert api.selection_kernel is selection_kernel
+
+
+def test_fill_factor_keeps_the_threshold_where_tiles_fill_the_gpu():
+    from codegen.selection import fill_factor
+
+    # 8k tokens of 4 KV heads in 8-token tiles: 4096 tiles, far more than 132 SMs: the measured threshold.
+    assert fill_factor(8192, 4, 8, 132) == pytest.approx(1.0)
+    assert fill_factor(16, 1, 4, None) == 1.0  # no SM count (the interpreter): no model
+    assert fill_factor(0, 1, 4, 132) == 1.0
+    # TP1 128 tokens: 64 tiles (one wave, half the SMs idle) against 512 per-token programs (3.9 waves).
+    assert fill_factor(128, 4, 8, 132) == pytest.approx(512 / 132 / 8)
+    # Both paths under one wave: a tile's steps against one token's.
+    assert fill_factor(16, 1, 4, 132) == pytest.approx(1 / 4)
+    # The factor only shrinks as a call shrinks.
+    factors = [fill_factor(n, 1, 8, 132) for n in (8, 64, 256, 1024, 2048, 8192)]
+    assert factors == sorted(factors) and factors[-1] == pytest.approx(1.0)
+    for bad in (dict(total_q=-1), dict(num_kv_heads=0), dict(block_t=0), dict(sm_count=0)):
+        args = dict(total_q=16, num_kv_heads=1, block_t=4, sm_count=132) | bad
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            fill_factor(**args)
+
+
+def test_auto_scales_its_threshold_by_the_call_fill(monkeypatch):
+    """On a GPU the API passes the decision launch the threshold times fill_factor at the device's SM
+    count: a 16-token call of 2 KV heads in 4-token tiles keeps a quarter of it at 132 SMs."""
+    from codegen import api, selection, selection_kernel
+
+    thresholds = []
+    real = selection_kernel.decide_and_split
+    monkeypatch.setattr(selection_kernel, "decide_and_split",
+                        lambda *a, **k: thresholds.append(a[2]) or real(*a, **k))
+    monkeypatch.setattr(api, "_sm_count", lambda device: 132)
+    case = _case("correlated", seed=6)
+    case.poison()
+    out = cases.run_kernel(case, arch="sm90", config=LaunchConfig(block_n=32, block_t=4), selection="auto")
+    assert thresholds == [pytest.approx(selection.tiles_pay_off_below(4, "scalar") * selection.fill_factor(16, 2, 4, 132))]
+    assert thresholds[0] == pytest.approx(2.5 / 4)
+    assert compare(out, cases.run_reference(case), gate_dtype(case.args["q"].dtype, LaunchConfig())).ok
