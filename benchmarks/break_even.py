@@ -8,7 +8,10 @@ table's configs as a user calls them) and prints:
 (a) per scale mode and head layout, a table by query length (columns) and pattern x requests x
     prefix (rows) of per_token / tiled and auto / min(tiled, per_token): below 1 the per-token walk
     is the faster path; above 1 `auto` is slower than the faster path;
-(b) PER_TOKEN_UP_TO's entries for the run's arch as Python text, to paste into codegen/selection.py.
+(b) PER_TOKEN_UP_TO's entries for the run's arch as Python text, to paste into codegen/selection.py;
+(c) `auto` as a user gets it over the faster path (geomean, median, worst, cases over the margin): the
+    run's auto column when it ran under a host rule, else these entries' per-token time inside their
+    region and the device decision outside.
 
 The rule: for each scale mode, head layout (q heads, KV heads: TP1 64/4 and TP4 16/1 share a gqa
 of 16 but not their break-even, so each layout has its own entries) and request count R measured,
@@ -21,10 +24,12 @@ measured have no host rule. A case whose column failed or is missing does not co
 """
 from __future__ import annotations
 
+import math
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from codegen.selection import inside_buckets  # noqa: E402
 from codegen.shapes import HEAD_LAYOUTS  # noqa: E402
 from codegen.variants import SCALE_MODES  # noqa: E402
 
@@ -83,6 +88,24 @@ def derive(cases: list[dict], margin: float = MARGIN) -> dict[tuple[str, int, in
             buckets.append((requests, up_to, stopped))
         table[key] = buckets
     return table
+
+
+def auto_as_shipped(cases: list[dict], table: dict, host_rule_ran: bool, margin: float = MARGIN) -> dict:
+    """(c): `auto` over the faster path, as a user would get it: the run's auto column where the run
+    already had a host rule; else (bench.py --no-host-rule: the device decided everywhere) the
+    per-token time inside `table`'s region and the device decision outside it."""
+    ratios, over = [], []
+    for case in cases:
+        t = case["time_us"]
+        buckets = [(requests, up_to) for requests, up_to, _ in table.get(rule_key(case), [])]
+        inside = not host_rule_ran and inside_buckets(buckets, case["requests"], case["query_len"])
+        ratio = (t["per_token"] if inside else t["auto"]) / min(t["tiled"], t["per_token"])
+        ratios.append(ratio)
+        if ratio > margin:
+            over.append((ratio, case["case"]))
+    ratios.sort()
+    return dict(cases=len(ratios), geomean=math.exp(sum(map(math.log, ratios)) / len(ratios)),
+                median=ratios[len(ratios) // 2], worst=max(over, default=(ratios[-1], None)), over=len(over))
 
 
 def _mode_order(mode: str) -> int:
@@ -169,7 +192,13 @@ def main(argv=None) -> int:
           + (f" ('!' above): {'; '.join(inaccurate)}" if inaccurate else ""))
     env = docs[0]["env"]
     source = f"on {', '.join(args.bench_json)} ({env.get('gpu')}, {env.get('date')})"
-    print("\n" + python_entries(derive(cases, args.margin), arch, cases, args.margin, source))
+    table = derive(cases, args.margin)
+    print("\n" + python_entries(table, arch, cases, args.margin, source))
+    shipped = auto_as_shipped(cases, table, any(doc["env"].get("host_rule") for doc in docs), args.margin)
+    worst, worst_case = shipped["worst"]
+    print(f"\n# auto as shipped (the run's host rule, else these entries then the device decision) over the faster "
+          f"path, {shipped['cases']} cases: geomean {shipped['geomean']:.3f}, median {shipped['median']:.3f}, "
+          f"worst {worst:.2f}x{f' ({worst_case})' if worst_case else ''}; over {args.margin}x in {shipped['over']}")
     return 0
 
 

@@ -73,38 +73,38 @@ MAX_SAMPLED_BLOCK_T = 8
 # length such that on every case of that scale mode and head layout at R requests with query length
 # <= L (every prefix, both selection patterns) the per-token time is at most 1.05 x min(tiled, auto).
 # gfx942 was never measured (it keeps the device decision).
-# Measured: results/h200/short-appends/bench.json (2026-12-03, H200, 396 cases), re-derived by layout on
-# 2026-12-03 (results/h200/auto-cost/break_even_by_layout.txt); each bucket's comment names the case that
-# stopped it. A bucket of 0 keeps the device decision.
+# Measured: results/h200/auto-cost/bench.json (2026-12-03, H200, 396 cases, `auto` the device decision
+# with fill_factor everywhere: bench.py --no-host-rule; break_even.txt there); each bucket's comment
+# names the case that stopped it. A bucket of 0 keeps the device decision.
 PER_TOKEN_UP_TO: dict[str, dict[tuple[str, int, int], tuple[tuple[int, int], ...]]] = {
     "sm90": {
         # scalar, 64/4 heads (tp1):
-        #   1 request: up to 64 (128: tp1 scalar correlated 1x128 prefix1k, per_token 1.47x min(tiled, auto))
+        #   1 request: up to 64 (128: tp1 scalar correlated 1x128 prefix1k, per_token 1.48x min(tiled, auto))
         #   4 requests: up to 16 (32: tp1 scalar correlated 4x32 prefix1k, per_token 1.47x min(tiled, auto))
-        #   16 requests: up to 0 (16: tp1 scalar correlated 16x16 prefix1k, per_token 2.59x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp1 scalar correlated 16x16 prefix1k, per_token 2.58x min(tiled, auto))
         ("scalar", 64, 4): ((1, 64), (4, 16), (16, 0)),
         # scalar, 16/1 heads (tp4):
         #   1 request: up to 128 (256: tp4 scalar correlated 1x256 prefix1k, per_token 1.30x min(tiled, auto))
-        #   4 requests: up to 32 (64: tp4 scalar correlated 4x64 prefix1k, per_token 1.32x min(tiled, auto))
+        #   4 requests: up to 32 (64: tp4 scalar correlated 4x64 prefix1k, per_token 1.31x min(tiled, auto))
         #   16 requests: up to 0 (16: tp4 scalar correlated 16x16 prefix1k, per_token 1.32x min(tiled, auto))
         ("scalar", 16, 1): ((1, 128), (4, 32), (16, 0)),
         # scalar, 8/1 heads (tp8):
         #   1 request: up to 128 (256: tp8 scalar correlated 1x256 prefix1k, per_token 1.29x min(tiled, auto))
-        #   4 requests: up to 32 (64: tp8 scalar correlated 4x64 prefix1k, per_token 1.28x min(tiled, auto))
-        #   16 requests: up to 0 (16: tp8 scalar correlated 16x16 prefix1k, per_token 1.29x min(tiled, auto))
+        #   4 requests: up to 32 (64: tp8 scalar correlated 4x64 prefix1k, per_token 1.29x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp8 scalar correlated 16x16 prefix1k, per_token 1.28x min(tiled, auto))
         ("scalar", 8, 1): ((1, 128), (4, 32), (16, 0)),
         # per_token_head, 64/4 heads (tp1):
-        #   1 request: up to 64 (128: tp1 per_token_head correlated 1x128 prefix1k, per_token 1.83x min(tiled, auto))
+        #   1 request: up to 64 (128: tp1 per_token_head correlated 1x128 prefix1k, per_token 1.82x min(tiled, auto))
         #   4 requests: up to 16 (32: tp1 per_token_head correlated 4x32 prefix1k, per_token 1.84x min(tiled, auto))
-        #   16 requests: up to 0 (16: tp1 per_token_head correlated 16x16 prefix1k, per_token 2.86x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp1 per_token_head correlated 16x16 prefix1k, per_token 2.85x min(tiled, auto))
         ("per_token_head", 64, 4): ((1, 64), (4, 16), (16, 0)),
         # per_token_head, 16/1 heads (tp4):
         #   1 request: up to 256 (512: tp4 per_token_head correlated 1x512 prefix8k, per_token 1.95x min(tiled, auto))
-        #   4 requests: up to 64 (128: tp4 per_token_head correlated 4x128 prefix1k, per_token 2.25x min(tiled, auto))
-        #   16 requests: up to 0 (16: tp4 per_token_head correlated 16x16 prefix1k, per_token 1.06x min(tiled, auto))
-        ("per_token_head", 16, 1): ((1, 256), (4, 64), (16, 0)),
+        #   4 requests: up to 64 (128: tp4 per_token_head correlated 4x128 prefix1k, per_token 2.23x min(tiled, auto))
+        #   16 requests: up to 16 (32: tp4 per_token_head correlated 16x32 prefix1k, per_token 2.25x min(tiled, auto))
+        ("per_token_head", 16, 1): ((1, 256), (4, 64), (16, 16)),
         # per_token_head, 8/1 heads (tp8):
-        #   1 request: up to 128 (256: tp8 per_token_head correlated 1x256 prefix1k, per_token 1.10x min(tiled, auto))
+        #   1 request: up to 128 (256: tp8 per_token_head correlated 1x256 prefix1k, per_token 1.11x min(tiled, auto))
         #   4 requests: up to 32 (64: tp8 per_token_head correlated 4x64 prefix1k, per_token 1.13x min(tiled, auto))
         #   16 requests: up to 0 (16: tp8 per_token_head correlated 16x16 prefix1k, per_token 1.13x min(tiled, auto))
         ("per_token_head", 8, 1): ((1, 128), (4, 32), (16, 0)),
@@ -123,7 +123,13 @@ def per_token_on_host(arch: str, scale_mode: str, num_q_heads: int, num_kv_heads
     check_int("num_kv_heads", num_kv_heads, minimum=1)
     check_int("num_requests", num_requests, minimum=0)
     check_int("max_query_len", max_query_len, minimum=0)
-    buckets = PER_TOKEN_UP_TO.get(arch, {}).get((scale_mode, num_q_heads, num_kv_heads), ())
+    return inside_buckets(PER_TOKEN_UP_TO.get(arch, {}).get((scale_mode, num_q_heads, num_kv_heads), ()),
+                          num_requests, max_query_len)
+
+
+def inside_buckets(buckets, num_requests: int, max_query_len: int) -> bool:
+    """Whether a call falls in a layout's buckets ((max_requests, max_query_len), ...): the bucket with
+    the smallest max_requests >= num_requests holds it when max_query_len is at most its bound."""
     for max_requests, up_to in sorted(buckets):
         if num_requests <= max_requests:
             return max_query_len <= up_to

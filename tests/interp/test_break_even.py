@@ -187,3 +187,16 @@ def test_a_file_without_the_three_columns_is_refused(tmp_path):
 def test_help():
     proc = _run("--help")
     assert proc.returncode == 0 and "usage" in proc.stdout and "margin" in proc.stdout, proc.stderr
+
+
+def test_auto_as_shipped_takes_the_entries_then_the_device_decision(tmp_path):
+    """(c) on the synthetic run (tiled 100 us, auto 110): inside the derived region auto is the per-token
+    time (the faster path there), outside it the device decision, 1.1x or more over the faster path:
+    280 of 432 cases; the worst is TP4's 4x32 (auto 110 us against per_token 32, outside TP4's bound
+    of 16). Under a host rule the run's own auto column counts everywhere."""
+    proc = _run(_bench_json(tmp_path / "bench.json"))
+    line = proc.stdout.splitlines()[-1]
+    assert line.startswith("# auto as shipped") and "432 cases" in line and line.endswith("over 1.05x in 280"), line
+    assert "worst 3.44x (prefill tp4 " in line and "4x32 prefix" in line, line
+    ran = _run(_bench_json(tmp_path / "bench.json", host_rule={"scalar/16q1kv": [[1, 64]]})).stdout.splitlines()[-1]
+    assert ran.endswith("over 1.05x in 432"), ran  # auto (110 us) over every faster path

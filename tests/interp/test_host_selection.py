@@ -76,9 +76,9 @@ def test_the_shipped_table_is_well_formed():
 
 
 def test_the_shipped_table_keeps_tp1_and_tp4_apart():
-    """The H200 run re-derived by layout (results/h200/auto-cost/break_even_by_layout.txt): one request
-    of 128 tokens is inside TP4's (16/1) region in both fp8 modes and outside TP1's (64/4), which
-    shares its gqa; TP4 per_token_head reaches 256."""
+    """The H200 run keyed by layout (results/h200/auto-cost/break_even.txt): one request of 128 tokens
+    is inside TP4's (16/1) region in both fp8 modes and outside TP1's (64/4), which shares its gqa;
+    TP4 per_token_head reaches 256 for one request and 16 tokens for 16."""
     for mode in ("scalar", "per_token_head"):
         assert per_token_on_host("sm90", mode, 16, 1, 1, 128), mode
         assert not per_token_on_host("sm90", mode, 64, 4, 1, 128), mode
@@ -87,6 +87,8 @@ def test_the_shipped_table_keeps_tp1_and_tp4_apart():
     assert per_token_on_host("sm90", "per_token_head", 16, 1, 1, 256)
     assert per_token_on_host("sm90", "per_token_head", 16, 1, 4, 64)
     assert not per_token_on_host("sm90", "scalar", 16, 1, 4, 64)
+    assert per_token_on_host("sm90", "per_token_head", 16, 1, 16, 16)
+    assert not per_token_on_host("sm90", "scalar", 16, 1, 16, 16) and not per_token_on_host("sm90", "per_token_head", 16, 1, 16, 32)
     assert not per_token_on_host("sm90", "scalar", 32, 2, 1, 16)  # TP2 was not measured: the device decides
 
 
