@@ -4,10 +4,10 @@ decision and both launches' offsets, computed by one small Triton kernel instead
 On the H200 `auto` cost 110-140 us a call over the tiled launch alone (results/h200/prefill-next):
 the estimate's ~20 small torch kernels (gathers, a segmented sort, reductions), each a graph node,
 and the empty grid of the path not taken; how the two split was not measured. This replaces the
-first. Each program counts the distinct pages and the picks of one sampled tile of one KV head and
-adds them, with its arrival, to one int64 word of three fields; the add returns the sum before it, so
-the last program to arrive has the totals at once. It decides, writes the tiled and per-token
-cu_seqlens (one of them zeros) and puts the word back to zero for the next call. The arithmetic is `selection.tile_inflation`'s,
+first (untimed on a GPU so far). Each program counts the distinct pages and the picks of a few sampled tiles of one
+KV head and adds them to two device counters; the last program to arrive (an acq_rel counter, as in
+the fused decode merge) decides, writes the tiled and per-token cu_seqlens (one of them zeros) and
+puts the counters back to zero for the next call. The arithmetic is `selection.tile_inflation`'s,
 which stays the reference the tests compare against.
 """
 from __future__ import annotations
@@ -27,17 +27,6 @@ from .workspace import arrival_counters
 SAMPLES_PER_PROGRAM = 1
 
 
-# The three counts share one int64 word, each in FIELD_BITS bits: (distinct pages, picks, arrived
-# programs). One atomic add of a program's (distinct, picks, 1) returns everything added before it,
-# so the last program to arrive has the totals without reading them back (the word's fields cannot
-# carry into each other below PICKS_LIMIT; decide_and_split caps the samples to stay below it).
-FIELD_BITS = 21
-PICKS_LIMIT = (1 << FIELD_BITS) - 1
-# Up to this many requests a program finds each token's request with one vector load of the offsets;
-# more take a binary search (a dependent load a step).
-CU_VEC = 64
-
-
 # The counts vary with every batch; specializing on them (== 1, multiples of 16) would compile
 # this small kernel anew for many batch shapes, a stall on a server's first requests.
 @triton.jit(do_not_specialize=["num_reqs", "num_tiles", "samples", "search_steps", "stride_tk_h", "stride_tk_t"])
@@ -46,7 +35,7 @@ def _inflation_decision_kernel(
     num_reqs, num_tiles, samples, topk, threshold, search_steps,
     stride_tk_h, stride_tk_t, stride_tk_k,
     BLOCK_T: tl.constexpr, TOPK_P2: tl.constexpr, PAGE: tl.constexpr, PER_PROGRAM: tl.constexpr,
-    CU_BLOCK: tl.constexpr, CU_VEC: tl.constexpr, FIELD_BITS: tl.constexpr,
+    CU_BLOCK: tl.constexpr,
 ):
     g = tl.program_id(0)  # KV head
     chunk = tl.program_id(1)
@@ -55,16 +44,8 @@ def _inflation_decision_kernel(
     tok_in_tile = offs // TOPK_P2
     entry = offs % TOPK_P2
     earlier = offs[None, :] < offs[:, None]  # [i, j]: j comes before i in (token, entry) order
-    distinct = tl.zeros([], dtype=tl.int64)
-    picks = tl.zeros([], dtype=tl.int64)
-    r = tl.arange(0, CU_VEC)
-    few = num_reqs <= CU_VEC
-    # Few requests: every request's end, start and prefix in one round of loads (the chain before the
-    # top-k loads is then one load deep, not a binary search's).
-    in_vec = r < tl.where(few, num_reqs, 0)
-    ends = tl.load(cu_ptr + 1 + r, mask=in_vec, other=2147483647)
-    starts = tl.load(cu_ptr + r, mask=in_vec, other=0).to(tl.int64)
-    prefixes = tl.load(prefix_ptr + r, mask=in_vec, other=0).to(tl.int64)
+    distinct = tl.zeros([], dtype=tl.int32)
+    picks = tl.zeros([], dtype=tl.int32)
     for i in range(PER_PROGRAM):
         s = chunk * PER_PROGRAM + i
         if s < samples:
@@ -72,23 +53,17 @@ def _inflation_decision_kernel(
             start = (s.to(tl.int64) * num_tiles // samples) * BLOCK_T
             token = start + tok_in_tile
             # Request of each token: how many requests end at or before it (searchsorted, right).
-            if few:
-                lo = tl.sum((ends[None, :] <= token[:, None]).to(tl.int32), axis=1)
-                req = tl.minimum(lo, num_reqs - 1)
-                mine = r[None, :] == req[:, None]
-                pos = tl.sum(tl.where(mine, prefixes[None, :] - starts[None, :], 0), axis=1) + token
-            else:
-                lo = tl.zeros([N], dtype=tl.int32)
-                hi = tl.zeros([N], dtype=tl.int32) + num_reqs
-                for _ in range(search_steps):
-                    mid = (lo + hi) // 2
-                    active = lo < hi
-                    end = tl.load(cu_ptr + mid + 1, mask=active, other=0)
-                    before = end <= token
-                    lo = tl.where(active & before, mid + 1, lo)
-                    hi = tl.where(active & ~before, mid, hi)
-                req = tl.minimum(lo, num_reqs - 1)
-                pos = tl.load(prefix_ptr + req).to(tl.int64) + token - tl.load(cu_ptr + req)
+            lo = tl.zeros([N], dtype=tl.int32)
+            hi = tl.zeros([N], dtype=tl.int32) + num_reqs
+            for _ in range(search_steps):
+                mid = (lo + hi) // 2
+                active = lo < hi
+                end = tl.load(cu_ptr + mid + 1, mask=active, other=0)
+                before = end <= token
+                lo = tl.where(active & before, mid + 1, lo)
+                hi = tl.where(active & ~before, mid, hi)
+            req = tl.minimum(lo, num_reqs - 1)
+            pos = tl.load(prefix_ptr + req).to(tl.int64) + token - tl.load(cu_ptr + req)
             own_block = pos // PAGE
             n_read = tl.minimum(topk, own_block + 1)  # the entries the kernels read (read_mask)
             ids = tl.load(topk_ptr + g * stride_tk_h + token * stride_tk_t + entry * stride_tk_k,
@@ -97,17 +72,17 @@ def _inflation_decision_kernel(
             # A page is (request, block): the same id in two requests is two pages.
             key = tl.where(picked, req.to(tl.int64) * 4294967296 + ids, -1)
             same_earlier = tl.sum((earlier & (key[:, None] == key[None, :])).to(tl.int32), axis=1)
-            distinct += tl.sum((picked & (same_earlier == 0)).to(tl.int64), axis=0)
-            picks += tl.sum(picked.to(tl.int64), axis=0)
-    # One add of (distinct, picks, 1): it returns the sum of every add before it, so the last program
-    # has the totals. Nothing else is shared between the programs, so a relaxed add is enough.
-    word_ptr = counters_ptr.to(tl.pointer_type(tl.int64))
-    mine_word = (distinct << (2 * FIELD_BITS)) | (picks << FIELD_BITS) | 1
-    total = tl.atomic_add(word_ptr, mine_word, sem="relaxed", scope="gpu") + mine_word
-    field = (1 << FIELD_BITS) - 1
-    if (total & field) == tl.num_programs(0) * tl.num_programs(1):
-        total_distinct = (total >> (2 * FIELD_BITS)).to(tl.float32)
-        total_picks = ((total >> FIELD_BITS) & field).to(tl.float32)
+            distinct += tl.sum((picked & (same_earlier == 0)).to(tl.int32), axis=0)
+            picks += tl.sum(picked.to(tl.int32), axis=0)
+    tl.atomic_add(counters_ptr, distinct, sem="relaxed", scope="gpu")
+    tl.atomic_add(counters_ptr + 1, picks, sem="relaxed", scope="gpu")
+    # The release orders this program's counts before its arrival; the last one to arrive reads
+    # every program's counts after its acquire.
+    tl.debug_barrier()
+    arrived = tl.atomic_add(counters_ptr + 2, 1, sem="acq_rel", scope="gpu")
+    if arrived == tl.num_programs(0) * tl.num_programs(1) - 1:
+        total_distinct = tl.atomic_add(counters_ptr, 0, sem="acquire", scope="gpu").to(tl.float32)
+        total_picks = tl.atomic_add(counters_ptr + 1, 0, sem="acquire", scope="gpu").to(tl.float32)
         inflation = total_distinct * BLOCK_T / tl.maximum(total_picks, 1.0)
         tl.store(inflation_ptr, inflation)
         keep = (inflation <= threshold).to(tl.int32)
@@ -117,7 +92,9 @@ def _inflation_decision_kernel(
             cu = tl.load(cu_ptr + o, mask=m, other=0)
             tl.store(tiled_cu_ptr + o, cu * keep, mask=m)
             tl.store(per_token_cu_ptr + o, cu * (1 - keep), mask=m)
-        tl.atomic_xchg(word_ptr, 0, sem="relaxed", scope="gpu")  # zero for the next call (and replay)
+        tl.atomic_xchg(counters_ptr, 0, sem="relaxed", scope="gpu")  # zero for the next call (and replay)
+        tl.atomic_xchg(counters_ptr + 1, 0, sem="relaxed", scope="gpu")
+        tl.atomic_xchg(counters_ptr + 2, 0, sem="relaxed", scope="gpu")
 
 
 def decide_and_split(topk_idx: torch.Tensor, block_t: int, threshold: float, cu_seqlens_q: torch.Tensor,
@@ -145,24 +122,15 @@ def decide_and_split(topk_idx: torch.Tensor, block_t: int, threshold: float, cu_
             return cu_seqlens_q, torch.zeros_like(cu_seqlens_q)
         inflation_out.fill_(1.0)
         return cu_seqlens_q.clone(), torch.zeros_like(cu_seqlens_q)
-    # Few enough samples that the total picks fit a field of the counters' word (PICKS_LIMIT): only
-    # calls of thousands of KV heads x top-k would sample fewer tiles than `sampled_tiles`.
-    picks_per_sample = num_kv_heads * block_t * topk
-    if picks_per_sample > PICKS_LIMIT:
-        raise ValueError(f"topk_idx: {num_kv_heads} KV heads x top-k {topk} x block_t {block_t} picks a sample, more "
-                         f"than the decision's counters hold ({PICKS_LIMIT})")
-    samples = min(sampled_tiles, num_tiles, PICKS_LIMIT // picks_per_sample)
+    samples = min(sampled_tiles, num_tiles)
     tiled_cu, per_token_cu = torch.empty_like(cu_seqlens_q), torch.empty_like(cu_seqlens_q)
     if counters is None:
         counters = arrival_counters(device, 3, key="selection")
-    if counters.data_ptr() % 8:
-        raise ValueError("counters: the decision adds to its first two int32 as one int64; expected an 8-byte "
-                         "aligned buffer")
     grid = (num_kv_heads, triton.cdiv(samples, SAMPLES_PER_PROGRAM))
     args = (topk_idx, cu_seqlens_q, prefix_lens, counters, tiled_cu, per_token_cu, inflation_out,
             num_reqs, num_tiles, samples, topk, float(threshold), num_reqs.bit_length(), *topk_idx.stride())
     kwargs = dict(BLOCK_T=block_t, TOPK_P2=triton.next_power_of_2(topk), PAGE=PAGE_SIZE, PER_PROGRAM=SAMPLES_PER_PROGRAM,
-                  CU_BLOCK=256, CU_VEC=CU_VEC, FIELD_BITS=FIELD_BITS, num_warps=4)
+                  CU_BLOCK=256, num_warps=4)
     if record is not None:
         record.append((_inflation_decision_kernel, grid, args, kwargs))
     else:
