@@ -57,15 +57,16 @@ def _entries(topk_ptr, block_table_ptr, t, g, req, kv_end, topk, blk_lo, blk_hi,
 def _converter(kv_desc, k8, v8, k16, v16, kbar, vbar, topk_ptr, block_table_ptr, t, g, req, kv_end, topk, blk_lo,
                blk_hi, n_steps, stride_tk_h, stride_tk_t, stride_tk_k, stride_bt_r, stride_bt_b,
                TOPK_P2: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, NC: gl.constexpr,
-               CR: gl.constexpr, PAGE: gl.constexpr):
+               CR: gl.constexpr, PAGE: gl.constexpr, EARLY: gl.constexpr):
     offs_k, pages, n_vis_k = _entries(topk_ptr, block_table_ptr, t, g, req, kv_end, topk, blk_lo, blk_hi,
                                       stride_tk_h, stride_tk_t, stride_tk_k, stride_bt_r, stride_bt_b, TOPK_P2, PAGE,
                                       4)
     one_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     ones = gl.full([128], 1, gl.int32, one_layout)
     cvt_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    for i in gl.static_range(NS):
-        _issue(kv_desc, k8, v8, kbar, vbar, g, _pick(pages, offs_k, blk_lo + i), i, n_steps, BN, D, NS)
+    if not EARLY:  # else the prologue issued them, before q's load and the partitions
+        for i in gl.static_range(NS):
+            _issue(kv_desc, k8, v8, kbar, vbar, g, _pick(pages, offs_k, blk_lo + i), i, n_steps, BN, D, NS)
     for j in range(n_steps):
         n_vis = _pick(n_vis_k, offs_k, blk_lo + j)
         page_n = _pick(pages, offs_k, blk_lo + j + NS)
@@ -90,10 +91,11 @@ def _converter(kv_desc, k8, v8, k16, v16, kbar, vbar, topk_ptr, block_table_ptr,
 
 @gluon.jit
 def _consumer(q_s, k16, v16, topk_ptr, block_table_ptr, t, g, req, kv_end, topk, blk_lo, blk_hi, n_steps, qk_scale,
-              v_scale_ptr, out_ptr, part_o_ptr, part_lse_ptr, split, stride_tk_h, stride_tk_t, stride_tk_k,
+              v_scale_ptr, out_ptr, part_o_ptr, part_lse_ptr, counter_ptr, split, stride_tk_h, stride_tk_t, stride_tk_k,
               stride_bt_r, stride_bt_b, stride_o_t, stride_o_h,
               GQA: gl.constexpr, TOPK_P2: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
-              NC: gl.constexpr, NUM_SPLITS: gl.constexpr, PAGE: gl.constexpr):
+              NC: gl.constexpr, NUM_SPLITS: gl.constexpr, SPLITS_P2: gl.constexpr, FUSED: gl.constexpr,
+              PAGE: gl.constexpr):
     offs_k, pages, n_vis_k = _entries(topk_ptr, block_table_ptr, t, g, req, kv_end, topk, blk_lo, blk_hi,
                                       stride_tk_h, stride_tk_t, stride_tk_k, stride_bt_r, stride_bt_b, TOPK_P2, PAGE,
                                       4)
@@ -145,17 +147,46 @@ def _consumer(q_s, k16, v16, topk_ptr, block_table_ptr, t, g, req, kv_end, topk,
         offs_lm = gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
         lrow = (t.to(gl.int64) * hq + g * GQA + offs_lm) * NUM_SPLITS + split
         gl.store(part_lse_ptr + lrow, lse, mask=offs_lm < GQA)
+        if FUSED:
+            # The last split program of the (token, KV head) to arrive merges (acq_rel counter, reset after).
+            _cta_barrier()
+            counter = counter_ptr + t * gl.num_programs(1) + g
+            arrived = gl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == NUM_SPLITS - 1:
+                mg: gl.constexpr = gl.BlockedLayout([1, 1, 8], [2, 1, 16], [4, 1, 1], [2, 1, 0])
+                w_layout: gl.constexpr = gl.SliceLayout(2, mg)
+                o3_layout: gl.constexpr = gl.SliceLayout(1, mg)
+                mh = gl.arange(0, GQA, layout=gl.SliceLayout(1, w_layout))
+                ms = gl.arange(0, SPLITS_P2, layout=gl.SliceLayout(0, w_layout))
+                base = (t.to(gl.int64) * hq + g * GQA + mh) * NUM_SPLITS
+                lses = gl.load(part_lse_ptr + base[:, None] + ms[None, :], mask=(ms < NUM_SPLITS)[None, :],
+                               other=float("-inf"), cache_modifier=".cg")
+                mx = gl.max(lses, 1)
+                mx = gl.where(mx == float("-inf"), 0.0, mx)
+                w = gl.exp2(lses - mx[:, None])
+                den = gl.sum(w, 1)
+                w = w / gl.where(den > 0.0, den, 1.0)[:, None]
+                md = gl.arange(0, D, layout=gl.SliceLayout(0, o3_layout))
+                md3 = gl.expand_dims(gl.expand_dims(md, 0), 1)
+                rows3 = gl.expand_dims(base[:, None] + ms[None, :], 2)
+                parts = gl.load(part_o_ptr + rows3 * D + md3, mask=gl.expand_dims((ms < NUM_SPLITS)[None, :], 2),
+                                other=0.0, cache_modifier=".cg").to(gl.float32)
+                om = gl.sum(gl.expand_dims(w, 2) * parts, 1) * gl.load(v_scale_ptr)
+                oh = gl.arange(0, GQA, layout=gl.SliceLayout(1, o3_layout))
+                o_rows = t.to(gl.int64) * stride_o_t + (g * GQA + oh).to(gl.int64) * stride_o_h
+                gl.store(out_ptr + o_rows[:, None] + md[None, :], om.to(out_ptr.dtype.element_ty))
+                gl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
 
 
 @gluon.jit
 def _decode_ws_kernel(
-    q_ptr, kv_desc, topk_ptr, block_table_ptr, seq_lens_ptr, out_ptr, part_o_ptr, part_lse_ptr,
+    q_ptr, kv_desc, topk_ptr, block_table_ptr, seq_lens_ptr, out_ptr, part_o_ptr, part_lse_ptr, counter_ptr,
     k_scale_ptr, v_scale_ptr,
     sm_scale, topk, num_reqs, decode_query_len, blocks_per_split,
     stride_q_t, stride_q_h, stride_tk_h, stride_tk_t, stride_tk_k, stride_bt_r, stride_bt_b, stride_o_t, stride_o_h,
     GQA: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, TOPK_P2: gl.constexpr, BM: gl.constexpr,
-    NUM_SPLITS: gl.constexpr, NS: gl.constexpr, NC: gl.constexpr, CONVERT_ROWS: gl.constexpr,
-    CONVERTER_REGS: gl.constexpr,
+    NUM_SPLITS: gl.constexpr, SPLITS_P2: gl.constexpr, NS: gl.constexpr, NC: gl.constexpr, CONVERT_ROWS: gl.constexpr,
+    CONVERTER_REGS: gl.constexpr, EARLY: gl.constexpr, FUSED: gl.constexpr,
 ):
     BN: gl.constexpr = PAGE
     D: gl.constexpr = HEAD_DIM
@@ -171,6 +202,22 @@ def _decode_ws_kernel(
     blk_lo = gl.minimum(split * blocks_per_split, n_read)
     blk_hi = gl.minimum(blk_lo + blocks_per_split, n_read)
     n_steps = blk_hi - blk_lo
+    f8_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float8e4nv)
+    k8 = gl.allocate_shared_memory(gl.float8e4nv, [NS, BN, D], f8_layout)
+    v8 = gl.allocate_shared_memory(gl.float8e4nv, [NS, BN, D], f8_layout)
+    kbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    vbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NS):
+        mbarrier.init(kbar.index(i), count=1)
+        mbarrier.init(vbar.index(i), count=1)
+    fence_async_shared()
+    if EARLY:  # the first pages in flight before q's load and the partitions' set-up
+        _cta_barrier()
+        offs_k, pages, n_vis_k = _entries(topk_ptr, block_table_ptr, t, g, req, kv_end, topk, blk_lo, blk_hi,
+                                          stride_tk_h, stride_tk_t, stride_tk_k, stride_bt_r, stride_bt_b, TOPK_P2,
+                                          PAGE, 4)
+        for i in gl.static_range(NS):
+            _issue(kv_desc, k8, v8, kbar, vbar, g, _pick(pages, offs_k, blk_lo + i), i, n_steps, BN, D, NS)
 
     # q -> fp16 in rows 0..GQA-1 (divided into fp16's range; a negative k_scale flips q).
     q_ld: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
@@ -184,27 +231,19 @@ def _decode_ws_kernel(
     qk_scale = gl.abs(qk_scale) * q_div
     q_s = gl.allocate_shared_memory(gl.float16, [BM, D], gl.NVMMASharedLayout.get_default_for([BM, D], gl.float16),
                                     (qf * q_mul).to(gl.float16))
-    f8_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float8e4nv)
     f16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], gl.float16)
-    k8 = gl.allocate_shared_memory(gl.float8e4nv, [NS, BN, D], f8_layout)
-    v8 = gl.allocate_shared_memory(gl.float8e4nv, [NS, BN, D], f8_layout)
     k16 = gl.allocate_shared_memory(gl.float16, [NC, BN, D], f16_layout)
     v16 = gl.allocate_shared_memory(gl.float16, [NC, BN, D], f16_layout)
-    kbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    vbar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NS):
-        mbarrier.init(kbar.index(i), count=1)
-        mbarrier.init(vbar.index(i), count=1)
     fence_async_shared()
     _cta_barrier()
     gl.warp_specialize([
         (_consumer, (q_s, k16, v16, topk_ptr, block_table_ptr, t, g, req, kv_end, topk, blk_lo, blk_hi, n_steps,
-                     qk_scale, v_scale_ptr, out_ptr, part_o_ptr, part_lse_ptr, split, stride_tk_h, stride_tk_t,
-                     stride_tk_k, stride_bt_r, stride_bt_b, stride_o_t, stride_o_h, GQA, TOPK_P2, BM, BN, D, NC,
-                     NUM_SPLITS, PAGE)),
+                     qk_scale, v_scale_ptr, out_ptr, part_o_ptr, part_lse_ptr, counter_ptr, split, stride_tk_h,
+                     stride_tk_t, stride_tk_k, stride_bt_r, stride_bt_b, stride_o_t, stride_o_h, GQA, TOPK_P2, BM, BN,
+                     D, NC, NUM_SPLITS, SPLITS_P2, FUSED, PAGE)),
         (_converter, (kv_desc, k8, v8, k16, v16, kbar, vbar, topk_ptr, block_table_ptr, t, g, req, kv_end, topk,
                       blk_lo, blk_hi, n_steps, stride_tk_h, stride_tk_t, stride_tk_k, stride_bt_r, stride_bt_b,
-                      TOPK_P2, BN, D, NS, NC, CONVERT_ROWS, PAGE)),
+                      TOPK_P2, BN, D, NS, NC, CONVERT_ROWS, PAGE, EARLY)),
     ], [4], [CONVERTER_REGS])
 
 
@@ -215,7 +254,8 @@ def kv_descriptor(kv_cache):
 
 
 def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale, output, decode_query_len,
-           k_scale, v_scale, *, num_splits=1, ns=2, nc=2, convert_rows=32, converter_regs=120):
+           k_scale, v_scale, *, num_splits=1, ns=2, nc=2, convert_rows=32, converter_regs=120, early=False,
+           fused=False, counters=None):
     total_q, hq, d = q.shape
     topk = topk_idx.shape[2]
     gqa = hq // num_kv_heads
@@ -224,14 +264,19 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         part_lse = torch.empty((total_q, hq, num_splits), dtype=torch.float32, device=q.device)
     else:
         part_o = part_lse = output
+    fused = fused and num_splits > 1
+    if fused and counters is None:
+        raise ValueError("counters: a fused merge needs total_q x num_kv_heads zeroed int32 counters")
     grid = (total_q, num_kv_heads, num_splits)
     _decode_ws_kernel[grid](
-        q, kv_descriptor(kv_cache), topk_idx, block_table, seq_lens, output, part_o, part_lse, k_scale, v_scale,
+        q, kv_descriptor(kv_cache), topk_idx, block_table, seq_lens, output, part_o, part_lse,
+        counters if fused else seq_lens, k_scale, v_scale,
         float(sm_scale), topk, seq_lens.shape[0], decode_query_len, triton.cdiv(topk, num_splits),
         q.stride(0), q.stride(1), *topk_idx.stride(), *block_table.stride(), output.stride(0), output.stride(1),
         GQA=gqa, HEAD_DIM=d, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk), BM=BM, NUM_SPLITS=num_splits,
-        NS=ns, NC=nc, CONVERT_ROWS=convert_rows, CONVERTER_REGS=converter_regs, num_warps=4)
-    if num_splits > 1:
+        SPLITS_P2=triton.next_power_of_2(num_splits), NS=ns, NC=nc, CONVERT_ROWS=convert_rows,
+        CONVERTER_REGS=converter_regs, EARLY=early, FUSED=fused, num_warps=4)
+    if num_splits > 1 and not fused:
         merge_module.launch(part_o, part_lse, output, num_kv_heads, v_scale,
                             LaunchConfig(num_splits=num_splits), use_pdl=False)
     return output

@@ -16,10 +16,16 @@ SPECS = [Spec("decode", "tp4", "scalar", 1, 1, 8192), Spec("decode", "tp1", "sca
          Spec("decode", "tp1", "scalar", 32, 1, 8192), Spec("decode", "tp1", "scalar", 128, 1, 8192),
          Spec("decode", "tp8", "scalar", 256, 1, 8192), Spec("decode", "tp4", "scalar", 32, 4, 8192)]
 VARIANTS = [dict(num_splits=s) for s in (1, 2, 4, 8, 16)] + [dict(num_splits=s, nc=1) for s in (4, 16)]
+if os.environ.get("ROUND") == "2":  # the fixed cost: the first pages issued early, the merge fused
+    SPECS = [s for s in SPECS if s.batch in (1, 32, 128, 256) and s.tokens == 1 and not (s.layout == "tp1" and s.batch == 32)]
+    VARIANTS = [dict(num_splits=1), dict(num_splits=1, early=True), dict(num_splits=4),
+                dict(num_splits=4, fused=True), dict(num_splits=4, fused=True, early=True),
+                dict(num_splits=2, fused=True, early=True), dict(num_splits=8, fused=True, early=True)]
 QUICK = os.environ.get("QUICK") == "1"
 if QUICK:
     SPECS = [Spec("decode", "tp4", "scalar", 3, 1, 3000), Spec("decode", "tp8", "scalar", 3, 2, 1000)]
-    VARIANTS = [dict(num_splits=1), dict(num_splits=4), dict(num_splits=4, nc=1)]
+    VARIANTS = [dict(num_splits=1), dict(num_splits=4), dict(num_splits=4, nc=1), dict(num_splits=1, early=True),
+                dict(num_splits=4, fused=True, early=True)]
 out_dir = os.environ.get("OUT", "/tmp")
 copy = copy_bandwidth()
 print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} copy {copy/1e12:.2f} TB/s", flush=True)
@@ -36,11 +42,13 @@ for spec in SPECS:
     shipped = float("nan") if QUICK else graph_time([lambda c=sets[i % n_sets]: cases.run_kernel(c) for i in range(20)], replays=30).median_us
     line = dict(case=spec.label, shipped_us=shipped, shipped_rel_l2=err, floor_us=nbytes / copy * 1e6, variants={})
     print(f"{spec.label:44s} shipped {shipped:7.2f} us  floor {line['floor_us']:6.2f}  rel {err:.1e}", flush=True)
+    counters = [torch.zeros(c.args["q"].shape[0] * hkv, dtype=torch.int32, device="cuda") for c in sets]
     for var in VARIANTS:
         def call(i, var=var):
             a = sets[i % n_sets].args
             return decode_ws.launch(a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["seq_lens"], hkv,
-                                    a["sm_scale"], a["output"], a["decode_query_len"], a["k_scale"], a["v_scale"], **var)
+                                    a["sm_scale"], a["output"], a["decode_query_len"], a["k_scale"], a["v_scale"],
+                                    counters=counters[i % n_sets], **var)
         try:
             first.poison()
             out = call(0)
@@ -55,4 +63,5 @@ for spec in SPECS:
     rows.append(line)
     del sets
     torch.cuda.empty_cache()
-    json.dump(rows, open(os.path.join(out_dir, "decode_ws.json"), "w"), indent=1)
+    json.dump(rows, open(os.path.join(out_dir, "decode_ws_round2.json" if os.environ.get("ROUND") == "2"
+                                       else "decode_ws.json"), "w"), indent=1)
