@@ -39,8 +39,6 @@ SHORT_CASES = (("tp4", "correlated", 1, 64, 8192), ("tp4", "correlated", 4, 128,
                ("tp8", "random", 1, 512, 8192), ("tp1", "random", 1, 128, 8192),
                ("tp1", "correlated", 1, 128, 8192), ("tp1", "correlated", 16, 64, 8192),
                ("tp1", "random", 1, 128, 131072))
-ROLES = ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale", "block_table", "cu_seqlens_q",
-         "seq_lens", "prefix_lens")
 
 
 def short_parts(row) -> None:
@@ -49,6 +47,7 @@ def short_parts(row) -> None:
     from codegen import selection as tile_selection
     from codegen.timing import graph_time
 
+    roles = api.PREFILL_ROLES  # a call's tensors in the order its plan addresses them
     tile_selection.PER_TOKEN_UP_TO.clear()  # the device decides every call
     for layout, pattern, batch, tokens, prefix in SHORT_CASES:
         spec = bench.Spec("prefill", layout, "scalar", batch, tokens, prefix, pattern)
@@ -60,12 +59,12 @@ def short_parts(row) -> None:
         for per_program in (8, 2, 1):
             default, selection_kernel.SAMPLES_PER_PROGRAM = selection_kernel.SAMPLES_PER_PROGRAM, per_program
             a = sets[0].args
-            plan = api._plan_prefill(tuple(a[r] for r in ROLES), a["max_query_len"], a["num_kv_heads"], a["sm_scale"],
+            plan = api._plan_prefill(tuple(a[r] for r in roles), a["max_query_len"], a["num_kv_heads"], a["sm_scale"],
                                      arch="sm90", config=None, fold_scales=True, selection="auto")
             selection_kernel.SAMPLES_PER_PROGRAM = default
             if per_program != 8 and not any("inflation" in launch.kernel.__name__ for launch in plan.launches):
                 continue  # the Gluon tile decides in its plan launch: no samples to spread
-            tensors = [tuple(c.args[r] for r in ROLES) for c in sets]
+            tensors = [tuple(c.args[r] for r in roles) for c in sets]
             pointers = [[0 if t is None else t.data_ptr() for t in ts] for ts in tensors]
 
             def timed(calls):
