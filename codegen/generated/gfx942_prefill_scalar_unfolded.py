@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 7d467f86e548081829cf59c03c9ebac7b334ce2cdaf39f23a8093c000ab55840
+# inputs-sha256: d54db85749233de0e045708d5171a5d4ada0558e26a14d204429aaa61eb7c428
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -320,4 +320,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '7d467f86e548081829cf59c03c9ebac7b334ce2cdaf39f23a8093c000ab55840'
+INPUTS_SHA256 = 'd54db85749233de0e045708d5171a5d4ada0558e26a14d204429aaa61eb7c428'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 98849955cbb60baf12921043b5881b2dfeb4f4b8801f4adb123e44bfb4a0abc8
+# inputs-sha256: 870f0576b1ea913436d705fca05899b35c444fae84a1021aefa99ab2c0677bdd
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -109,27 +109,18 @@ def _msa_prefill_kernel(
                     + (0 + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
             if KV_UPCAST == 1:
                 k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
+            s = tl.dot(q, tl.trans(k.to(q.dtype)))
+            # Per-token K scale on the [rows, BLOCK_N] score tile, not the K tile.
             scale_slot = page.to(tl.int64) * PAGE + sub + offs_n
             k_sc = tl.load(ks_row_ptr + scale_slot * stride_ks_t, mask=visible, other=0.0)
-            if KV_UPCAST == 2:
-                # Per-token K scale on K itself, in K's load layout (a scale per key a thread holds, not
-                # per score column), relative to the slice's largest |scale| (k_top: the fp16 values
-                # keep fp8's range); k_top joins the score scale.
-                k_top = tl.max(tl.abs(k_sc), axis=0)
-                k_top = tl.where(k_top > 0.0, k_top, 1.0)
-                s = tl.dot(q, tl.trans(k.to(tl.float16) * (k_sc * (1.0 / k_top)).to(tl.float16)[:, None]))
-                s_scale = qk_scale * k_top
-            else:
-                s = tl.dot(q, tl.trans(k.to(q.dtype)))
-                s = s * (qk_scale * k_sc)[None, :]
-                s_scale = 1.0
+            s = s * (qk_scale * k_sc)[None, :]
             if sub + BLOCK_N > n_visible:
                 s = tl.where(visible[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1) * s_scale)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
             # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
             m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_shift)
-            p = tl.exp2(s * s_scale - m_shift[:, None])
+            p = tl.exp2(s - m_shift[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
             if KV_TMA:
                 v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
@@ -137,20 +128,22 @@ def _msa_prefill_kernel(
                 v = tl.load(
                     kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
                     + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+            # Per-token V scale on the probability tile (l_i stays unscaled). With fp16 MMAs P takes
+            # v_sc over the slice's largest |scale| (|ratio| <= 1: never overflows fp16) and acc stays
+            # in that largest value's units (acc_unit), moved to this slice's by the alpha multiply.
             v_sc = tl.load(vs_row_ptr + scale_slot * stride_vs_t, mask=visible, other=0.0)
             if KV_UPCAST == 2:
                 v_top = tl.max(tl.abs(v_sc), axis=0)
                 v_top = tl.where(v_top > 0.0, v_top, 1.0)
-                v_ratio = (v_sc * (1.0 / v_top)).to(tl.float16)
-                if V_CVT_ASM:
-                    # Converted, scaled and (slots no row sees) zeroed where it was loaded.
-                    v = _e4m3_to_fp16_scaled(v, visible, v_ratio)
-                else:
-                    v = v.to(tl.float16) * v_ratio[:, None]
+                p = p * (v_sc * (1.0 / v_top))[None, :]
             else:
                 p = p * v_sc[None, :]
-                if KV_UPCAST == 1:
-                    v = v.to(tl.float32)
+            if KV_UPCAST == 1:
+                v = v.to(tl.float32)
+            if V_CVT_ASM:
+                # Converted where it was loaded, so the transpose moves fp16; the slots no row sees are
+                # zeroed by the same asm (one AND a 4 keys' word), for a TMA box's sake (below).
+                v = _e4m3_to_fp16_keep(v, visible)
             v = v.to(q.dtype)
             if KV_TMA and not V_CVT_ASM:
                 # A TMA box also reads slots no row sees, which may hold anything, NaN included:
@@ -447,4 +440,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '98849955cbb60baf12921043b5881b2dfeb4f4b8801f4adb123e44bfb4a0abc8'
+INPUTS_SHA256 = '870f0576b1ea913436d705fca05899b35c444fae84a1021aefa99ab2c0677bdd'

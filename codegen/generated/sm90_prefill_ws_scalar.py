@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: b35abdc09297589719a32671ef03471feecf4e730fe970a0c6a20a446751bfc2
+# inputs-sha256: b4a92e349d703da9261a8718904b05908ee69e67bc21570c617ab5e3989397e9
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -588,4 +588,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = 'b35abdc09297589719a32671ef03471feecf4e730fe970a0c6a20a446751bfc2'
+INPUTS_SHA256 = 'b4a92e349d703da9261a8718904b05908ee69e67bc21570c617ab5e3989397e9'
