@@ -172,19 +172,19 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
         # One launch decides on the device and writes both launches' offsets (the other path's are
         # zeros); its counters are the plan's own (codegen.workspace.call_counters).
         counters = call_counters(q.device, 3, capturing, key="selection")
-        # A call whose tiles leave SMs idle keeps them only at a smaller inflation (selection.fill_factor).
-        fill = tile_selection.fill_factor(q.shape[0], num_kv_heads, config.block_t, _sm_count(q.device))
+        # (A call whose tiles leave SMs idle keeps them only at a smaller inflation: selection.fill_factor.)
+        judged_t, keep_below = tile_selection.auto_threshold(
+            config.block_t, scale_mode, gluon=bool(config.warp_specialize), total_q=q.shape[0],
+            num_kv_heads=num_kv_heads, sm_count=_sm_count(q.device))
         if config.warp_specialize:  # the Gluon tile's plan launch decides, exactly over every tile's plan
-            decide = selection_kernel.PlanDecision.for_call(
-                cu_seqlens_q, tile_selection.tiles_pay_off_below(config.block_t, scale_mode) * fill, counters)
+            decide = selection_kernel.PlanDecision.for_call(cu_seqlens_q, keep_below, counters)
             tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded,
                          decide=decide)
             per_token_cu = decide.per_token_cu
         else:  # a decision launch, then the tiles
-            sampled_t = tile_selection.sampled_block_t(config.block_t)
             tiled_cu, per_token_cu = selection_kernel.decide_and_split(
-                topk_idx, sampled_t, tile_selection.tiles_pay_off_below(sampled_t, scale_mode) * fill, cu_seqlens_q,
-                prefix_lens, tile_selection.SAMPLED_TILES, counters=counters, record=recorded)
+                topk_idx, judged_t, keep_below, cu_seqlens_q, prefix_lens, tile_selection.SAMPLED_TILES,
+                counters=counters, record=recorded)
             tiles.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, record=recorded)
         module.launch(q, kv_cache, topk_idx, block_table, per_token_cu, *rest, per_token, record=recorded)
     launches = bind_recorded(recorded, roles, device=_launch_device(q))

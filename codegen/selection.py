@@ -169,6 +169,16 @@ def sampled_block_t(block_t: int) -> int:
     return min(block_t, MAX_SAMPLED_BLOCK_T)
 
 
+def auto_threshold(block_t: int, scale_mode: str, *, gluon: bool, total_q: int, num_kv_heads: int,
+                   sm_count: int | None) -> tuple[int, float]:
+    """What `auto` judges for a call's tiles of block_t tokens: (the tile size whose inflation it
+    measures, the inflation up to which it keeps the tiles). The Gluon tile's plan launch counts its
+    own tiles; the Triton tiles' decision samples tiles of sampled_block_t. The threshold is
+    tiles_pay_off_below at that size, times the call's fill_factor."""
+    judged = block_t if gluon else sampled_block_t(block_t)
+    return judged, tiles_pay_off_below(judged, scale_mode) * fill_factor(total_q, num_kv_heads, block_t, sm_count)
+
+
 def tiles_pay_off_below(block_t: int, scale_mode: str) -> float:
     """The tile inflation up to which block_t tiles are kept for a scale mode (see TILE_WASTE_SHARE):
     2.5 for 4 tokens and 4.5 for 8 in every mode."""

@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 from codegen import cases  # noqa: E402
-from codegen.selection import fill_factor, sampled_block_t, tile_inflation, tiles_pay_off_below  # noqa: E402
+from codegen.selection import auto_threshold, tile_inflation  # noqa: E402
 from codegen.shapes import HEAD_LAYOUTS  # noqa: E402
 
 
@@ -60,10 +60,9 @@ def main(path: str, sm_count: int = H200_SMS) -> int:
         spec, launch = tiled["spec"], tiled["launch"]
         block_t, mode = launch["block_t"], spec["mode"]
         gluon = bool(launch.get("warp_specialize"))
-        judged_t = block_t if gluon else sampled_block_t(block_t)
-        total_q = spec["batch"] * spec["tokens"]
-        fill = fill_factor(total_q, HEAD_LAYOUTS[spec["layout"]][1], block_t, sm_count)
-        inflation, limit = _inflation(spec, judged_t, gluon), tiles_pay_off_below(judged_t, mode) * fill
+        judged_t, limit = auto_threshold(block_t, mode, gluon=gluon, total_q=spec["batch"] * spec["tokens"],
+                                         num_kv_heads=HEAD_LAYOUTS[spec["layout"]][1], sm_count=sm_count)
+        inflation = _inflation(spec, judged_t, gluon)
         chosen = "tiles" if inflation <= limit else "per-token"
         ratio = tiled["time_us"] / per_token["time_us"]
         faster = "tiles" if ratio < 1 else "per-token"

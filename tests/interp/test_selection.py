@@ -212,3 +212,17 @@ def test_auto_scales_its_threshold_by_the_call_fill(monkeypatch):
     assert thresholds == [pytest.approx(selection.tiles_pay_off_below(4, "scalar") * selection.fill_factor(16, 2, 4, 132))]
     assert thresholds[0] == pytest.approx(2.5 / 4)
     assert compare(out, cases.run_reference(case), gate_dtype(case.args["q"].dtype, LaunchConfig())).ok
+
+
+def test_auto_threshold_judges_the_tiles_auto_measures():
+    """The Gluon tile is judged at its own block_t, the Triton tiles at the sampled one; both keep the
+    inflation bound of that size times the call's fill (the API and selection_check share this)."""
+    from codegen.selection import MAX_SAMPLED_BLOCK_T, auto_threshold, fill_factor, tiles_pay_off_below
+
+    big = dict(total_q=8192, num_kv_heads=4, sm_count=132)
+    assert auto_threshold(16, "scalar", gluon=True, **big) == (16, pytest.approx(tiles_pay_off_below(16, "scalar")))
+    assert auto_threshold(16, "scalar", gluon=False, **big) == (
+        MAX_SAMPLED_BLOCK_T, pytest.approx(tiles_pay_off_below(MAX_SAMPLED_BLOCK_T, "scalar")))
+    small = dict(total_q=128, num_kv_heads=4, sm_count=132)
+    judged, limit = auto_threshold(8, "per_token_head", gluon=False, **small)
+    assert judged == 8 and limit == pytest.approx(4.5 * fill_factor(128, 4, 8, 132)) and limit < 4.5
