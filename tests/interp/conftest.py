@@ -20,10 +20,9 @@ def _fresh_call_plans():
 @pytest.fixture
 def launches(monkeypatch):
     """Every generated module's launch() spied on (codegen.modules.load_module(...).launch, which
-    the API calls), and prefill's decision launch: the names of the variants launched, in order.
+    the API calls): the names of the variants launched, in order.
     A plan records its launches through launch() before it runs them, so bad input must leave this
     empty, whatever a launch would have written (output, split-K partials or counters)."""
-    from codegen import selection_kernel
     from codegen.modules import load_module
     from codegen.variants import all_variants
 
@@ -39,5 +38,4 @@ def launches(monkeypatch):
 
     for v in all_variants():
         spy(load_module(v.arch, v.kernel, v.scale_mode, v.fold_scales), "launch", v.name)
-    spy(selection_kernel, "decide_and_split", "selection")
     return seen

@@ -114,18 +114,16 @@ def tuned_table(tmp_path, monkeypatch):
 
 @pytest.fixture
 def launched(monkeypatch):
-    """What the plans launch, in order: "decide" for the decision launch, else the config of each
-    prefill launch (its last positional argument)."""
-    from codegen import selection_kernel
-
+    """What the plans launch, in order: the config of each prefill launch (its last positional argument)."""
     seen = []
-    real_decide = selection_kernel.decide_and_split
-    monkeypatch.setattr(selection_kernel, "decide_and_split", lambda *a, **k: seen.append("decide") or real_decide(*a, **k))
     real_load = api_module.load_module
 
     class Spy:
         def __init__(self, module):
             self.module = module
+
+        def __getattr__(self, name):  # the module's other functions
+            return getattr(self.module, name)
 
         def launch(self, *args, **kwargs):
             seen.append(args[-1])
@@ -147,7 +145,7 @@ def _only_plan() -> plan.CallPlan:
     return kept
 
 
-DEVICE_DECIDES = ["decide", TILES, PER_TOKEN]  # today's auto: the decision, the tiles, the per-token launch
+DEVICE_DECIDES = [TILES, PER_TOKEN]  # today's auto: the tiles (each deciding), the per-token launch
 
 
 @pytest.mark.parametrize("selection_arg", [None, "auto"])  # the default, and auto named
@@ -191,7 +189,7 @@ def test_outside_the_region_the_device_decides_as_before(tuned_table, launched, 
     _checked(case)
     assert launched == DEVICE_DECIDES
     kept = _only_plan()
-    assert len(kept.launches) == 3 and kept.config == TILES
+    assert len(kept.launches) == 2 and kept.config == TILES
 
 
 def test_a_given_config_keeps_its_selection(tuned_table, launched, monkeypatch):
@@ -201,7 +199,7 @@ def test_a_given_config_keeps_its_selection(tuned_table, launched, monkeypatch):
     case = cases.prefill_case(arch="sm90", pattern="random", seed=4, future_prob=0.0, **SHAPE)
     given = LaunchConfig(block_n=64, block_t=2)
     _checked(case, config=given, selection="auto")
-    assert launched == ["decide", given, LaunchConfig(block_n=64)]
+    assert launched == [given, LaunchConfig(block_n=64)]
     launched.clear()
     _checked(case, config=given)
     assert launched == [given]
