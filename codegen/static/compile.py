@@ -222,7 +222,7 @@ def compile_inputs(launch: StaticLaunch, options: Mapping[str, Any] | None = Non
                                           kv_tma=(get_arch(launch.arch).kv_tma and launch.config.kv_tma == 1
                                                   and launch.kv_rows_aligned),
                                           kv_rows_aligned=launch.kv_rows_aligned,
-                                          verdicts=launch.verdicts, verdict_t=4)
+                                          verdicts=launch.verdicts, verdict_t=4 if launch.verdicts == 2 else 1)
     compile_options = dict(module.options(launch.config))
     if launch.kernel.startswith("decode") and launch.use_pdl:
         compile_options["launch_pdl"] = True  # codegen.api launches both decode kernels with launch_pdl

@@ -39,3 +39,28 @@ def launches(monkeypatch):
     for v in all_variants():
         spy(load_module(v.arch, v.kernel, v.scale_mode, v.fold_scales), "launch", v.name)
     return seen
+
+
+@pytest.fixture
+def spy_api_launches(monkeypatch):
+    """install(seen): every module launch the API makes (codegen.api.load_module(...).launch) then calls
+    seen(args, kwargs) first; the config is args[-1]. The modules' other functions pass through."""
+    from codegen import api
+
+    real = api.load_module
+
+    def install(seen):
+        class Spy:
+            def __init__(self, module):
+                self.module = module
+
+            def __getattr__(self, name):
+                return getattr(self.module, name)
+
+            def launch(self, *args, **kwargs):
+                seen(args, kwargs)
+                return self.module.launch(*args, **kwargs)
+
+        monkeypatch.setattr(api, "load_module", lambda *a: Spy(real(*a)))
+
+    return install

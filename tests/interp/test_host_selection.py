@@ -113,23 +113,10 @@ def tuned_table(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def launched(monkeypatch):
+def launched(spy_api_launches):
     """What the plans launch, in order: the config of each prefill launch (its last positional argument)."""
     seen = []
-    real_load = api_module.load_module
-
-    class Spy:
-        def __init__(self, module):
-            self.module = module
-
-        def __getattr__(self, name):  # the module's other functions
-            return getattr(self.module, name)
-
-        def launch(self, *args, **kwargs):
-            seen.append(args[-1])
-            return self.module.launch(*args, **kwargs)
-
-    monkeypatch.setattr(api_module, "load_module", lambda *a: Spy(real_load(*a)))
+    spy_api_launches(lambda args, kwargs: seen.append(args[-1]))
     return seen
 
 

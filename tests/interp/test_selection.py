@@ -19,26 +19,6 @@ def _inflation(case, block_t):
     return tile_inflation(a["topk_idx"], block_t, a["cu_seqlens_q"], a["prefix_lens"]).item()
 
 
-def _spy_launches(monkeypatch, seen):
-    """Every module launch the API makes calls seen(args, kwargs) first (the config is args[-1])."""
-    from codegen import api
-
-    real = api.load_module
-
-    class Spy:
-        def __init__(self, module):
-            self.module = module
-
-        def __getattr__(self, name):  # the module's other functions
-            return getattr(self.module, name)
-
-        def launch(self, *args, **kwargs):
-            seen(args, kwargs)
-            return self.module.launch(*args, **kwargs)
-
-    monkeypatch.setattr(api, "load_module", lambda *a: Spy(real(*a)))
-
-
 def test_inflation_separates_shared_from_unrelated_selections():
     # The benchmark's shapes, scaled down: 16 picks of 128-token blocks after a long prefix.
     shape = dict(q_lens=[512], prefix_lens=[64 * 1024], head_dim=16, topk=16)
@@ -118,9 +98,9 @@ def test_selection_argument_is_checked():
         cases.run_kernel(case, arch="sm90", config=LaunchConfig(block_t=4), selection="per_token")
 
 
-def test_default_selection_runs_a_given_config_as_given(monkeypatch):
+def test_default_selection_runs_a_given_config_as_given(spy_api_launches):
     launched = []
-    _spy_launches(monkeypatch, lambda args, kwargs: launched.append(args[-1].block_t))
+    spy_api_launches(lambda args, kwargs: launched.append(args[-1].block_t))
     case = _case("random")
     for kw, expected in ((dict(config=LaunchConfig(block_t=4)), [4]),  # given: tiled, one launch
                          (dict(config=LaunchConfig(block_t=4), selection="auto"), [4, 1]),  # both paths
@@ -191,13 +171,13 @@ def test_verdict_arguments_are_checked():
             module.launch(*args, config, **kw)
 
 
-def test_auto_on_triton_tiles_makes_two_launches_and_no_estimate(monkeypatch):
+def test_auto_on_triton_tiles_makes_two_launches_and_no_estimate(monkeypatch, spy_api_launches):
     """The API's auto path on the Triton tiles: the tiles (writing verdicts) then the per-token walk
     (reading them), no decision launch, never the torch estimate (~20 graph nodes on a GPU)."""
     from codegen import selection
 
     launched = []
-    _spy_launches(monkeypatch, lambda args, kwargs: launched.append(
+    spy_api_launches(lambda args, kwargs: launched.append(
         (args[-1].block_t, sorted(k for k in kwargs if k != "record"))))
     for name in ("tile_inflation", "choose_tiles", "split_seqlens"):
         monkeypatch.setattr(selection, name, lambda *a, _n=name, **k: pytest.fail(f"auto called selection.{_n}"))
@@ -229,13 +209,13 @@ def test_fill_factor_keeps_the_threshold_where_tiles_fill_the_gpu():
             fill_factor(**args)
 
 
-def test_auto_scales_its_threshold_by_the_call_fill(monkeypatch):
+def test_auto_scales_its_threshold_by_the_call_fill(monkeypatch, spy_api_launches):
     """On a GPU the API passes the tiles the threshold times fill_factor at the device's SM count: a
     16-token call of 2 KV heads in 4-token tiles keeps a quarter of it at 132 SMs."""
     from codegen import api, selection
 
     thresholds = []
-    _spy_launches(monkeypatch, lambda args, kwargs: kwargs.get("keep_below") is None or thresholds.append(
+    spy_api_launches(lambda args, kwargs: kwargs.get("keep_below") is None or thresholds.append(
         kwargs["keep_below"]))
     monkeypatch.setattr(api, "_sm_count", lambda device: 132)
     case = _case("correlated", seed=6)
