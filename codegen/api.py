@@ -169,28 +169,24 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
     if per_token is None:
         tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded)
     else:
+        # One launch decides on the device and writes both launches' offsets (the other path's are
+        # zeros); its counters are the plan's own (codegen.workspace.call_counters).
+        counters = call_counters(q.device, 3, capturing, key="selection")
         # (A call whose tiles leave SMs idle keeps them only at a smaller inflation: selection.fill_factor.)
-        keep_below = tile_selection.auto_threshold(config.block_t, scale_mode, total_q=q.shape[0],
-                                                   num_kv_heads=num_kv_heads, sm_count=_sm_count(q.device))
-        if config.warp_specialize:
-            # The Gluon tile's plan launch decides for the call, exactly over every tile's plan, and
-            # empties the other path's offsets; its counters are the plan's own (workspace.call_counters).
-            counters = call_counters(q.device, 3, capturing, key="selection")
+        judged_t, keep_below = tile_selection.auto_threshold(
+            config.block_t, scale_mode, gluon=bool(config.warp_specialize), total_q=q.shape[0],
+            num_kv_heads=num_kv_heads, sm_count=_sm_count(q.device))
+        if config.warp_specialize:  # the Gluon tile's plan launch decides, exactly over every tile's plan
             decide = selection_kernel.PlanDecision.for_call(cu_seqlens_q, keep_below, counters)
             tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded,
                          decide=decide)
-            module.launch(q, kv_cache, topk_idx, block_table, decide.per_token_cu, *rest, per_token,
-                          record=recorded)
-        else:
-            # The Triton tiles decide each for itself, from the plan they build anyway (no decision
-            # launch): a tile over keep_below leaves its tokens to the per-token launch, which skips
-            # the others. The verdicts are written before they are read, every call: nothing to reset.
-            verdicts = torch.empty(module.verdict_count(max_query_len, num_requests, num_kv_heads, config.block_t),
-                                   dtype=torch.int8, device=q.device)
-            tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded,
-                         verdicts=verdicts, keep_below=keep_below)
-            module.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, per_token, record=recorded,
-                          verdicts=verdicts, verdict_t=config.block_t)
+            per_token_cu = decide.per_token_cu
+        else:  # a decision launch, then the tiles
+            tiled_cu, per_token_cu = selection_kernel.decide_and_split(
+                topk_idx, judged_t, keep_below, cu_seqlens_q, prefix_lens, tile_selection.SAMPLED_TILES,
+                counters=counters, record=recorded)
+            tiles.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, record=recorded)
+        module.launch(q, kv_cache, topk_idx, block_table, per_token_cu, *rest, per_token, record=recorded)
     launches = bind_recorded(recorded, roles, device=_launch_device(q))
     return call_plans.CallPlan(launches, stamp=stamp, config=config)
 

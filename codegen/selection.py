@@ -6,13 +6,13 @@ one token's 16 pages and the tile is the fast path; when they pick unrelated blo
 grows towards block_t x 16 and the tile does that many times the useful work, where the per-token
 path does none wasted. The H200 measurements behind the thresholds: TILE_WASTE_SHARE below.
 
-The decision stays on the GPU (no host sync, CUDA-graph safe): both paths are launched. The Triton
-tiles decide each for itself, from the plan every tile builds anyway (templates/prefill.py.jinja,
-VERDICTS): a tile over the threshold returns and leaves its tokens to the per-token launch, whose
-programs skip the tokens of the tiles kept. The Gluon tile (prefill_ws) decides for the whole call in
-its plan launch, exactly over every tile it would run (selection_kernel.PlanDecision), and the path
-not chosen gets its cu_seqlens_q multiplied by 0, so each of its programs reads an empty request and
-returns. tile_inflation, choose_tiles and split_seqlens here are the torch rendering of that decision.
+The decision stays on the GPU (no host sync, CUDA-graph safe): both paths are launched, and the
+one not chosen gets its cu_seqlens_q multiplied by 0, so each of its programs reads an empty
+request and returns. For the Triton tiles the API computes the estimate, the decision and both
+offsets in one launch (codegen.selection_kernel); tile_inflation, choose_tiles and split_seqlens here
+are the torch rendering it is tested against. The Gluon tile (prefill_ws) decides in its own plan
+launch, exactly over every tile it would run (selection_kernel.PlanDecision): at its own block_t
+(16 tokens at GQA 8, threshold 8.5), where the Triton tiles' estimate samples 8-token tiles.
 """
 from __future__ import annotations
 
@@ -43,6 +43,13 @@ def check_selection(selection: str) -> str:
 # inside every bracket; the smaller shares of the earlier kernels (bf16 0.5, per_token_head 0.3)
 # sent five of these cases to the slower per-token path (up to 1.7x slower).
 TILE_WASTE_SHARE = {"scalar": 1.0, "none": 1.0, "per_token_head": 1.0}
+
+
+# The largest tile the estimate samples: its cost grows with the square of a tile's listings (the
+# decision kernel compares each listing with every other), and a 16-token tile took it from ~20 to
+# ~430 us on the H200 (results/h200/prefill-ws). Larger tiles are judged by the inflation and
+# threshold of 8-token tiles. (The Gluon tile's 16-token tiles decide in their plan launch instead.)
+MAX_SAMPLED_BLOCK_T = 8
 
 
 # Short prefills decided on the host. For a few to a few hundred new tokens per request (chunked-
@@ -157,11 +164,19 @@ def fill_factor(total_q: int, num_kv_heads: int, block_t: int, sm_count: int | N
     return min(1.0, token_waves / tile_waves / block_t)
 
 
-def auto_threshold(block_t: int, scale_mode: str, *, total_q: int, num_kv_heads: int,
-                   sm_count: int | None) -> float:
-    """The tile inflation up to which `auto` keeps a call's tiles of block_t tokens:
-    tiles_pay_off_below, times the call's fill_factor (the API's threshold, and selection_check's)."""
-    return tiles_pay_off_below(block_t, scale_mode) * fill_factor(total_q, num_kv_heads, block_t, sm_count)
+def sampled_block_t(block_t: int) -> int:
+    """The tile size whose inflation `auto` estimates for tiles of block_t tokens."""
+    return min(block_t, MAX_SAMPLED_BLOCK_T)
+
+
+def auto_threshold(block_t: int, scale_mode: str, *, gluon: bool, total_q: int, num_kv_heads: int,
+                   sm_count: int | None) -> tuple[int, float]:
+    """What `auto` judges for a call's tiles of block_t tokens: (the tile size whose inflation it
+    measures, the inflation up to which it keeps the tiles). The Gluon tile's plan launch counts its
+    own tiles; the Triton tiles' decision samples tiles of sampled_block_t. The threshold is
+    tiles_pay_off_below at that size, times the call's fill_factor."""
+    judged = block_t if gluon else sampled_block_t(block_t)
+    return judged, tiles_pay_off_below(judged, scale_mode) * fill_factor(total_q, num_kv_heads, block_t, sm_count)
 
 
 def tiles_pay_off_below(block_t: int, scale_mode: str) -> float:
@@ -221,36 +236,6 @@ def split_seqlens(cu_seqlens_q: torch.Tensor, use_tiles: torch.Tensor) -> tuple[
 
 def choose_tiles(topk_idx: torch.Tensor, block_t: int, scale_mode: str, cu_seqlens_q: torch.Tensor,
                  prefix_lens: torch.Tensor) -> torch.Tensor:
-    """0-d bool tensor on the device: True when block_t tiles should run, judged over the whole call."""
-    return tile_inflation(topk_idx, block_t, cu_seqlens_q, prefix_lens) <= tiles_pay_off_below(block_t, scale_mode)
-
-
-def tile_verdicts(topk_idx: torch.Tensor, block_t: int, cu_seqlens_q: torch.Tensor, prefix_lens: torch.Tensor,
-                  seq_lens: torch.Tensor, max_query_len: int, keep_below: float) -> list:
-    """The Triton tiles' verdicts under 'auto' (templates/prefill.py.jinja, VERDICTS 1) on the host, in
-    the order of their buffer [KV head, request, tile]: a tile is kept while its steps x tokens <=
-    keep_below x picks, where a pick is one of a token's first n_read entries naming a block any token
-    of the tile may see, and a step a distinct (block, listing rank) among them (a token listing a
-    block twice reads it twice). None for tiles past their request's end (the kernel writes nothing)."""
-    ids, cu, prefix, seq = (t.cpu() for t in (topk_idx, cu_seqlens_q, prefix_lens, seq_lens))
-    num_kv_heads, topk = ids.shape[0], ids.shape[2]
-    verdicts = []
-    for g in range(num_kv_heads):
-        for r in range(cu.numel() - 1):
-            q0, q_len, pre, end = int(cu[r]), int(cu[r + 1] - cu[r]), int(prefix[r]), int(seq[r])
-            for i0 in range(0, -(-max_query_len // block_t) * block_t, block_t):
-                if i0 >= q_len:
-                    verdicts.append(None)
-                    continue
-                n_tok = min(q_len - i0, block_t)
-                tile_blocks = -(-min(pre + i0 + n_tok, end) // PAGE_SIZE)
-                steps, picks = set(), 0
-                for t in range(n_tok):
-                    n_read = min(topk, -(-min(pre + i0 + t + 1, end) // PAGE_SIZE))
-                    row = ids[g, q0 + i0 + t, :n_read].tolist()
-                    for e, blk in enumerate(row):
-                        if 0 <= blk < tile_blocks:
-                            picks += 1
-                            steps.add((blk, row[:e].count(blk)))
-                verdicts.append(len(steps) * n_tok <= keep_below * picks)
-    return verdicts
+    """0-d bool tensor on the device: True when block_t tiles should run (judged at sampled_block_t)."""
+    sampled_t = sampled_block_t(block_t)
+    return tile_inflation(topk_idx, sampled_t, cu_seqlens_q, prefix_lens) <= tiles_pay_off_below(sampled_t, scale_mode)

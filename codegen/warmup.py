@@ -10,10 +10,9 @@ pick), and which specializations those calls make:
   * Triton specializes integer arguments on being 1 or a multiple of 16. Of the arguments that
     vary with the batch, decode's `num_reqs` (and `decode_query_len`) do: each decode config is
     compiled for the request-count classes its token range holds. Prefill's integer arguments
-    are strides and topk, fixed by the layout; its grid is not part of the binary. `auto` compiles
-    specializations of its own: the Triton tiles that write their verdicts and the per-token walk
-    that reads them (an `auto` job with the table's per-token config), the Gluon tile's plan launch
-    that decides (an `auto` prefill job).
+    are strides and topk, fixed by the layout; its grid is not part of the binary. The `auto`
+    decision kernel does not specialize on its counts (codegen.selection_kernel); the Gluon tile
+    decides in its plan launch (a specialization of its own: warmed up by an `auto` prefill job).
   * Strides: the block table's row stride is `cdiv(max_model_len, 128)` (vLLM's persistent block
     table); the other tensors' strides fall in the same classes for any of vLLM's layouts.
 
@@ -41,20 +40,20 @@ PREFILL_TOKEN_COUNTS = tuple(2 ** i for i in range(17))  # chunks of 1..65536 to
 class Job:
     """One API call that compiles what a class of real calls will launch."""
 
-    kernel: str  # "prefill" or "decode"
+    kernel: str  # "prefill", "decode" or "decision" (prefill's auto decision kernel)
     scale_mode: str
     kv_dtype: str
     layout: str | tuple  # a name of shapes.HEAD_LAYOUTS or (q heads, KV heads)
-    config: tuple  # LaunchConfig fields as sorted items (hashable)
-    selection: str = "tiled"  # prefill: "tiled", "per_token" or "auto"
+    config: tuple  # LaunchConfig fields as sorted items (hashable); () for the decision kernel
+    selection: str = "tiled"  # prefill: "tiled" or "per_token"
     num_reqs: int = 1  # decode: a request count of the class the job stands for
     query_len: int = 1  # decode: tokens per request
-    per_token: tuple = ()  # prefill "auto" on the Triton tiles: the per-token config reading their verdicts
+    block_t: int = 0  # decision kernel: the tile it decides for
 
     def describe(self) -> str:
-        what = f"{self.num_reqs} req x {self.query_len}" if self.kernel == "decode" else self.selection
-        extra = f" + per-token {dict(self.per_token)}" if self.per_token else ""
-        return f"{self.kernel} {self.scale_mode}:{self.kv_dtype} {self.layout} {what} {dict(self.config)}{extra}"
+        what = {"decode": f"{self.num_reqs} req x {self.query_len}", "prefill": self.selection,
+                "decision": f"block_t {self.block_t}"}[self.kernel]
+        return f"{self.kernel} {self.scale_mode}:{self.kv_dtype} {self.layout} {what} {dict(self.config)}"
 
 
 @dataclasses.dataclass
@@ -113,9 +112,8 @@ def plan_jobs(arch: str, device_name: str, *, layouts=DEFAULT_LAYOUTS, modes=DEF
                     jobs[Job("prefill", config=_items(per_token), selection="per_token", **common)] = None
                     if tiled.block_t > 1 and tiled.warp_specialize:  # 'auto' is its plan launch's DECIDE
                         jobs[Job("prefill", config=_items(tiled), selection="auto", **common)] = None
-                    elif tiled.block_t > 1:  # 'auto': the tiles write verdicts, the per-token walk reads them
-                        jobs[Job("prefill", config=_items(tiled), selection="auto", per_token=_items(per_token),
-                                 **common)] = None
+                    elif tiled.block_t > 1:
+                        jobs[Job("decision", config=(), block_t=tiled.block_t, **common)] = None
     return list(jobs)
 
 
@@ -128,9 +126,9 @@ def run_job(job: Job, *, arch: str, device: str, max_model_len: int, q_dtype_nam
     """Compiles (without launching) the kernels of one job on the current process's GPU."""
     import torch
 
+    from . import selection_kernel
     from .api import sparse_attn_decode, sparse_attn_prefill
     from .configs import LaunchConfig
-    from .modules import load_module
     from .shapes import DTYPES, torch_dtype
     from .static.jit import compiled_not_launched
 
@@ -151,20 +149,14 @@ def run_job(job: Job, *, arch: str, device: str, max_model_len: int, q_dtype_nam
               "per_token_head": (torch.ones(num_kv_heads, pages * PAGE_SIZE, device=dev),) * 2}[job.scale_mode]
     common = dict(arch=arch)
     with compiled_not_launched():
-        if job.kernel == "decode":
+        if job.kernel == "decision":
+            cu = torch.tensor([0, total_q], dtype=torch.int32, device=dev)
+            selection_kernel.decide_and_split(topk_idx, job.block_t, 1.0, cu, torch.zeros(1, dtype=torch.int32,
+                                              device=dev), 256, counters=torch.zeros(3, dtype=torch.int32, device=dev))
+        elif job.kernel == "decode":
             sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, head_dim ** -0.5,
                                torch.empty_like(q), job.query_len, *scales, config=LaunchConfig(**dict(job.config)),
                                **common)
-        elif job.per_token:  # the two launches of 'auto' on the Triton tiles, as codegen.api makes them
-            tiled, per_token = LaunchConfig(**dict(job.config)), LaunchConfig(**dict(job.per_token))
-            module = load_module(arch, "prefill", job.scale_mode)
-            verdicts = torch.empty(module.verdict_count(total_q, 1, num_kv_heads, tiled.block_t), dtype=torch.int8,
-                                   device=dev)
-            args = (q, kv_cache, topk_idx, block_table, torch.tensor([0, total_q], dtype=torch.int32, device=dev),
-                    seq_lens * total_q, torch.zeros(1, dtype=torch.int32, device=dev), total_q, num_kv_heads,
-                    head_dim ** -0.5, torch.empty_like(q), *scales)
-            module.launch(*args, tiled, verdicts=verdicts, keep_below=1.0)
-            module.launch(*args, per_token, verdicts=verdicts, verdict_t=tiled.block_t)
         else:
             cu = torch.tensor([0, total_q], dtype=torch.int32, device=dev)
             sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu, seq_lens * total_q,

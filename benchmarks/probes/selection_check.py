@@ -3,10 +3,10 @@
 Reads a bench.json that timed the tiles and the per-token path side by side (columns `tiled` or,
 in runs before the `auto` default, `runtime`; and `per_token`), rebuilds each case's selections
 on the CPU (the benchmark's first input set, seed 0), and prints per case: the tile size, the tile
-inflation over every tile at its block_t, the threshold `auto` applies to this call (with its
+inflation as the device measures it (the Gluon tile: over every tile at its block_t; the Triton
+tiles: sampled at sampled_block_t), the threshold `auto` applies to this call (with its
 fill_factor at --sm-count SMs, the H200's 132 by default), what it decides, and which path the run
-found faster. The Gluon tile decides so for the whole call; the Triton tiles decide each for itself
-(a call whose tiles differ runs both paths), which the call's inflation summarizes; then how many picks are within 5% of the faster path, and, when the run has an `auto`
+found faster; then how many picks are within 5% of the faster path, and, when the run has an `auto`
 column, what auto measured against the tiles and the per-token path (with the rules of that run).
 CPU only.
 
@@ -33,7 +33,7 @@ H200_SMS = 132
 MARGIN = 1.05  # a pick within this factor of the faster path counts as right
 
 
-def _inflation(spec: dict, block_t: int) -> float:
+def _inflation(spec: dict, block_t: int, every_tile: bool) -> float:
     hq, hkv = HEAD_LAYOUTS[spec["layout"]]
     # The selections do not depend on the cache dtype or head_dim: a small head_dim keeps it quick.
     case = cases.serving_case("prefill", arch="sm90", num_q_heads=hq, num_kv_heads=hkv, kv_dtype="fp8",
@@ -41,8 +41,8 @@ def _inflation(spec: dict, block_t: int) -> float:
                               context=spec["context"], pattern=spec["pattern"], head_dim=16,
                               q_dtype=torch.float32, device="cpu", seed=0)
     a = case.args
-    return tile_inflation(a["topk_idx"], block_t, a["cu_seqlens_q"], a["prefix_lens"],
-                          sampled_tiles=a["topk_idx"].shape[1]).item()
+    sampled = dict(sampled_tiles=a["topk_idx"].shape[1]) if every_tile else {}
+    return tile_inflation(a["topk_idx"], block_t, a["cu_seqlens_q"], a["prefix_lens"], **sampled).item()
 
 
 def main(path: str, sm_count: int = H200_SMS) -> int:
@@ -59,9 +59,10 @@ def main(path: str, sm_count: int = H200_SMS) -> int:
             continue  # nothing to decide
         spec, launch = tiled["spec"], tiled["launch"]
         block_t, mode = launch["block_t"], spec["mode"]
-        limit = auto_threshold(block_t, mode, total_q=spec["batch"] * spec["tokens"],
-                               num_kv_heads=HEAD_LAYOUTS[spec["layout"]][1], sm_count=sm_count)
-        inflation = _inflation(spec, block_t)
+        gluon = bool(launch.get("warp_specialize"))
+        judged_t, limit = auto_threshold(block_t, mode, gluon=gluon, total_q=spec["batch"] * spec["tokens"],
+                                         num_kv_heads=HEAD_LAYOUTS[spec["layout"]][1], sm_count=sm_count)
+        inflation = _inflation(spec, judged_t, gluon)
         chosen = "tiles" if inflation <= limit else "per-token"
         ratio = tiled["time_us"] / per_token["time_us"]
         faster = "tiles" if ratio < 1 else "per-token"

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: bc528e6ca04fd40b990c03de98cc65529526334cc915e5e088a29468857db0d5
+# inputs-sha256: e09b8b0befd5b352c54e460429b40b01b2ef7416532341cefc3e007a3953820f
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -10,10 +10,6 @@ keys at a time. With BLOCK_T > 1 it walks the union of the tile's selections: ea
 is loaded once and scored against every row, rows whose token did not pick it (or may not see a
 key) masked out, so neighbouring tokens that share blocks share the loads and fill the MMA rows.
 Either way a token reads only the first min(topk, causal blocks) entries of its own top-k row.
-Under selection 'auto' (VERDICTS) each tile decides for itself: with its plan built it compares its
-inflation (steps x tokens over its tokens' picks) with `keep_below`, writes the verdict, and leaves its
-tokens to the per-token launch that follows when the walk would waste too much; that launch's
-programs skip the tokens whose tile kept them.
 The slice step (templates/_attend.jinja) is inlined in both walks, so a generated module may pass
 400 lines.
 """
@@ -30,10 +26,10 @@ PAGE = 128
 def _msa_prefill_kernel(
     # tensors
     q_ptr, kv_ptr, kv_desc, topk_ptr, block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr, prefix_lens_ptr,
-    out_ptr, plan_ptr, verdicts_ptr,
+    out_ptr, plan_ptr,
     k_scale_ptr, v_scale_ptr,  # fp32 [Hkv, max_kv_tokens], indexed by physical slot
     # scalars
-    sm_scale, topk, keep_below,
+    sm_scale, topk,
     # strides
     stride_q_t, stride_q_h, stride_q_d,
     stride_kv_b, stride_kv_h, stride_kv_t, stride_kv_d,
@@ -45,7 +41,6 @@ def _msa_prefill_kernel(
     GQA: tl.constexpr, GQA_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     TOPK_P2: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     KV_UPCAST: tl.constexpr, KV_TMA: tl.constexpr, PLAN: tl.constexpr,
-    VERDICTS: tl.constexpr, VERDICT_T: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     i0 = tl.program_id(0) * BLOCK_T  # first query of the tile inside its request
@@ -55,10 +50,6 @@ def _msa_prefill_kernel(
     q_len = tl.load(cu_seqlens_q_ptr + req + 1) - q_start
     if i0 >= q_len:  # the grid covers max_query_len; shorter requests end here
         return
-    if VERDICTS == 2:  # 'auto' (per-token side): this token's tile of VERDICT_T tokens ran it
-        tile = i0 // VERDICT_T + tl.cdiv(tl.num_programs(0), VERDICT_T) * (req + tl.num_programs(1) * g)
-        if tl.load(verdicts_ptr + tile) != 0:
-            return
     prefix = tl.load(prefix_lens_ptr + req)
     seq_len = tl.load(seq_lens_ptr + req)
     block_table_row_ptr = block_table_ptr + req.to(tl.int64) * stride_bt_r
@@ -214,14 +205,6 @@ def _msa_prefill_kernel(
         plan_row_ptr = plan_ptr + prog.to(tl.int64) * (2 * PLAN)
         tl.store(plan_row_ptr + plan_f, key_f, mask=first_f)
         tl.store(plan_row_ptr + PLAN + plan_f, aux_f.to(tl.int64), mask=first_f)
-        if VERDICTS == 1:
-            # 'auto' (tiles' side): the walk costs n_plan steps for every row, the per-token walk a
-            # row's own picks; kept while steps x tokens <= keep_below x picks (selection.auto_threshold).
-            picks = tl.sum(live_f.to(tl.int32), axis=0)
-            kept = n_plan.to(tl.float32) * n_tok <= keep_below * picks.to(tl.float32)
-            tl.store(verdicts_ptr + prog, kept.to(tl.int8))
-            if not kept:
-                return
         tl.debug_barrier()  # the plan's words are written by every thread and read by all
         for it in range(0, n_plan * SUBTILES):
             step = it // SUBTILES
@@ -328,19 +311,16 @@ def kv_descriptor(kv_cache, head_dim, block_n):
     return TensorDescriptor(kv_cache, list(kv_cache.shape), list(kv_cache.stride()), [1, 1, block_n, head_dim])
 
 
-def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=False, kv_rows_aligned=True,
-               verdicts=0, verdict_t=1, **_):
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=False, kv_rows_aligned=True, **_):
     """The kernel's compile-time parameters for a shape and config (shared with the static checks).
     kv_rows_aligned: the cache's (the function of that name); the V conversions of kv_upcast 3 take
-    an operand per key and need its load layout. verdicts: 0 (no 'auto'), 1 (tiles that write their
-    verdict), 2 (the per-token walk that reads those of verdict_t-token tiles)."""
+    an operand per key and need its load layout."""
     gqa = num_q_heads // num_kv_heads
     gqa_pad = triton.next_power_of_2(gqa)
     return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
                 KV_UPCAST=config.kv_upcast,
-                KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk), VERDICTS=verdicts,
-                VERDICT_T=verdict_t)
+                KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
 
 
 def options(config):
@@ -349,50 +329,26 @@ def options(config):
                 matrix_instr_nonkdim=config.matrix_instr_nonkdim, kpack=config.kpack)
 
 
-def verdict_count(max_query_len, num_reqs, num_kv_heads, block_t):
-    """Entries of the int8 verdicts buffer of an 'auto' call whose tiles have block_t tokens: one per
-    tile program."""
-    return triton.cdiv(max_query_len, block_t) * num_reqs * num_kv_heads
-
-
 def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
-           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config, record=None,
-           verdicts=None, keep_below=None, verdict_t=None):
+           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config, record=None):
     """Launches on validated arguments (codegen.api checks them). `record`: a list that receives
-    the launch as (kernel, grid, args, kwargs) instead of running it (codegen.plan binds it).
-    Selection 'auto' decided per tile (`verdicts`: int8, verdict_count entries): a tiled config
-    (block_t > 1) writes each tile's verdict, keeping the tile while its inflation is at most
-    `keep_below`; a per-token config then skips the tokens whose tile of `verdict_t` tokens was kept."""
+    the launch as (kernel, grid, args, kwargs) instead of running it (codegen.plan binds it)."""
     num_reqs = seq_lens.shape[0]
     topk = topk_idx.shape[2]
-    if verdicts is not None:
-        tiles_side = config.block_t > 1
-        if (keep_below is None) != (not tiles_side) or (verdict_t is None) != tiles_side:
-            raise ValueError("verdicts: a tiled config takes keep_below, a per-token config verdict_t (the "
-                             f"tiles' block_t); got keep_below={keep_below!r}, verdict_t={verdict_t!r} with "
-                             f"block_t {config.block_t}")
-        want = verdict_count(max_query_len, num_reqs, num_kv_heads, config.block_t if tiles_side else verdict_t)
-        if verdicts.dtype != torch.int8 or verdicts.numel() < want:
-            raise ValueError(f"verdicts: expected int8 with at least {want} entries, got {verdicts.dtype} "
-                             f"with {verdicts.numel()}")
-    elif keep_below is not None or verdict_t is not None:
-        raise ValueError("keep_below / verdict_t: only with verdicts")
     if max_query_len == 0 or num_reqs == 0:
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
     kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
     consts = constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
-                        config=config, kv_tma=kv_tma, kv_rows_aligned=kv_rows_aligned(kv_cache),
-                        verdicts=0 if verdicts is None else 1 if config.block_t > 1 else 2,
-                        verdict_t=verdict_t or 1)
+                        config=config, kv_tma=kv_tma, kv_rows_aligned=kv_rows_aligned(kv_cache))
     # The tile plans' scratch, [programs, 2, PLAN] (the per-token walk has none: the output stands in, never read).
     plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * consts["PLAN"], dtype=torch.int64, device=q.device)
             if config.block_t > 1 else output)
     args = (
         q, kv_cache, kv_descriptor(kv_cache, q.shape[2], config.block_n) if kv_tma else kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
-        output, plan, output if verdicts is None else verdicts,
+        output, plan,
         k_scale, v_scale,
-        float(sm_scale), topk, float(keep_below or 0.0),
+        float(sm_scale), topk,
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
         k_scale.stride(0), k_scale.stride(1), v_scale.stride(0), v_scale.stride(1),
     )
@@ -403,4 +359,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'bc528e6ca04fd40b990c03de98cc65529526334cc915e5e088a29468857db0d5'
+INPUTS_SHA256 = 'e09b8b0befd5b352c54e460429b40b01b2ef7416532341cefc3e007a3953820f'

@@ -86,8 +86,6 @@ def _pointer_dtype(launch: StaticLaunch, arg: str) -> torch.dtype:
         return torch.float32
     if arg == "plan_ptr":  # prefill tiles' plan scratch; the per-token walk gets the output instead
         return torch.int64 if launch.config.block_t > 1 else Q_DTYPES[launch.q_dtype]
-    if arg == "verdicts_ptr":  # 'auto' on the Triton tiles: int8 verdicts; else the output stands in
-        return torch.int8 if launch.verdicts else Q_DTYPES[launch.q_dtype]
     return torch.int32
 
 
@@ -137,8 +135,6 @@ def _signature(launch: StaticLaunch, fn, kernel_constexprs: dict) -> tuple[dict,
             value = _kv_descriptor(launch, kernel_constexprs)
         elif name == "sm_scale":
             value = float(launch.head_dim) ** -0.5
-        elif name == "keep_below":  # the tiles' inflation threshold under 'auto' (0.0 otherwise: a float either way)
-            value = 2.5
         elif name in typical:
             value = typical[name]
         else:  # an argument this module does not know: compile it unspecialized and say so
@@ -221,8 +217,7 @@ def compile_inputs(launch: StaticLaunch, options: Mapping[str, Any] | None = Non
                                           # a contiguous cache's path, unless the config asks for plain loads
                                           kv_tma=(get_arch(launch.arch).kv_tma and launch.config.kv_tma == 1
                                                   and launch.kv_rows_aligned),
-                                          kv_rows_aligned=launch.kv_rows_aligned,
-                                          verdicts=launch.verdicts, verdict_t=4 if launch.verdicts == 2 else 1)
+                                          kv_rows_aligned=launch.kv_rows_aligned)
     compile_options = dict(module.options(launch.config))
     if launch.kernel.startswith("decode") and launch.use_pdl:
         compile_options["launch_pdl"] = True  # codegen.api launches both decode kernels with launch_pdl

@@ -119,9 +119,6 @@ class StaticLaunch:
     # False: a cache whose rows Triton cannot see 16-byte aligned (the [pages, Hkv, 128, 2D + 8]
     # buffer's [..., :2D] view): plain loads, and the launch's own constexprs for it (kv_rows_aligned).
     kv_rows_aligned: bool = True
-    # Prefill under selection 'auto' on the Triton tiles: 1 the tiles writing their verdicts, 2 the
-    # per-token walk reading those of 4-token tiles (the module's VERDICTS); 0 neither.
-    verdicts: int = 0
     # Other KV dtypes / head layouts whose launches compile identically and were merged into this one.
     also_kv_dtypes: tuple[str, ...] = ()
     also_heads: tuple[str, ...] = ()
@@ -144,10 +141,6 @@ class StaticLaunch:
                              f"got {self.num_q_heads}")
         if not isinstance(self.config, LaunchConfig):
             raise TypeError(f"config: expected a LaunchConfig, got {type(self.config).__name__}")
-        if self.verdicts not in (0, 1, 2) or (self.verdicts and (
-                self.kernel != "prefill" or (self.verdicts == 1) != (self.config.block_t > 1))):
-            raise ValueError(f"verdicts: expected 0, or on prefill 1 for a tiled config and 2 for a per-token "
-                             f"one, got {self.verdicts!r} for {self.kernel} with block_t {self.config.block_t}")
 
     @property
     def variant(self) -> str:
@@ -171,7 +164,6 @@ class StaticLaunch:
         """A readable, unique-enough name: used as the pytest id and in messages."""
         extra = "" if (self.head_dim, self.topk, self.q_dtype, self.varlen) == (128, 16, "bf16", False) else (
             f"-d{self.head_dim}-k{self.topk}-q{self.q_dtype}" + ("-varlen" if self.varlen else ""))
-        extra += f"-verdicts{self.verdicts}" if self.verdicts else ""
         return (f"{self.variant}-{self.kv_dtype}-{self.num_q_heads}x{self.num_kv_heads}-"
                 f"{config_label(self.arch, self.kernel, self.config).replace(' ', '-')}{extra}")
 

@@ -10,13 +10,11 @@ from codegen.gpu_suite, so tests share compiled kernels (a cold Triton cache com
 (config, specialization) once, 1-3 s with ptxas).
 """
 
-import dataclasses
-
 import pytest
 import torch
 
 from codegen import cases, gpu_suite
-from codegen.accuracy import compare, gate_dtype
+from codegen.accuracy import compare
 from codegen.shapes import SERVING_LAYOUTS
 from codegen.tuned_store import REPO_CONFIG_DIR
 from codegen.validate import detect_device_arch
@@ -139,8 +137,7 @@ def test_unfolded_baseline_gpu(arch, kernel, layout):
 
 def test_prefill_auto_selection_in_a_cuda_graph(arch):
     """selection='auto' decides on the device: one captured call, replayed on correlated then on
-    random selections (same shapes): its tiles keep them, then leave them to the per-token walk
-    (choose_tiles' call-level verdict), right both times."""
+    random selections (same shapes), takes the tiled path, then the per-token one, right both times."""
     from codegen.selection import choose_tiles
 
     kw = dict(arch=arch, q_lens=[256, 64], prefix_lens=[60000, 3000], num_q_heads=16, num_kv_heads=1,
@@ -256,13 +253,11 @@ def test_prefill_over_unaligned_rows_gpu(arch, layout, selection, mode):
 
 @pytest.mark.parametrize("pattern", ["correlated", "random"])
 @pytest.mark.parametrize("block_t", [2, 4, 8])
-def test_tile_verdicts_match_the_host_and_split_the_tokens_gpu(arch, pattern, block_t):
-    """'auto' on the Triton tiles, compiled: each tile's verdict as codegen.selection.tile_verdicts
-    gives it, over 300 requests of 1-40 tokens with prefixes on both sides of the 16-block mark,
-    in a CUDA graph replayed three times (the verdicts are rewritten every call, the per-token launch
-    skips the kept tiles' tokens), at the mode's threshold and at one that mixes the two paths."""
-    from codegen import selection
-    from codegen.modules import load_module
+def test_one_launch_decision_matches_the_torch_estimate_gpu(arch, pattern, block_t):
+    """codegen.selection_kernel on the device, in a CUDA graph replayed three times (its counters
+    must return to zero): the same inflation and offsets as the torch estimate, over 300 requests
+    (the binary search over cu_seqlens) with prefixes on both sides of the 16-block mark."""
+    from codegen import selection, selection_kernel
 
     gen = torch.Generator().manual_seed(block_t)
     q_lens = torch.randint(1, 40, (300,), generator=gen).tolist()
@@ -270,34 +265,23 @@ def test_tile_verdicts_match_the_host_and_split_the_tokens_gpu(arch, pattern, bl
     case = cases.prefill_case(arch=arch, pattern=pattern, seed=block_t, q_lens=q_lens, prefix_lens=prefix_lens,
                               num_q_heads=16, num_kv_heads=2, head_dim=64, q_dtype=torch.bfloat16, device="cuda")
     a = case.args
-    module = load_module(arch, "prefill", "scalar")
-    tiled = dataclasses.replace(gpu_suite.PREFILL_TILES, block_t=block_t)
-    per_token = gpu_suite.PREFILL_PER_TOKEN
-    args = [a[k] for k in ("q", "kv_cache", "topk_idx", "block_table", "cu_seqlens_q", "seq_lens", "prefix_lens",
-                           "max_query_len", "num_kv_heads", "sm_scale", "output", "k_scale", "v_scale")]
-    reference = cases.run_reference(case)
-    count = module.verdict_count(a["max_query_len"], len(q_lens), a["num_kv_heads"], block_t)
-    for keep_below in (selection.tiles_pay_off_below(block_t, "scalar"), 1.15):
-        want = selection.tile_verdicts(a["topk_idx"], block_t, a["cu_seqlens_q"], a["prefix_lens"], a["seq_lens"],
-                                       a["max_query_len"], keep_below)
-        verdicts = torch.full((count,), -1, dtype=torch.int8, device="cuda")
-
-        def call():
-            module.launch(*args, tiled, verdicts=verdicts, keep_below=keep_below)
-            module.launch(*args, per_token, verdicts=verdicts, verdict_t=block_t)
-        call()  # compile outside the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            call()
-        for _ in range(3):
-            verdicts.fill_(-1)
-            case.poison()
-            graph.replay()
-            torch.cuda.synchronize()
-            got = [None if w is None else bool(v) for v, w in zip(verdicts.tolist(), want)]
-            assert got == want, f"keep_below {keep_below}"
-            result = compare(a["output"], reference, gate_dtype(a["q"].dtype, tiled))
-            assert result.ok, f"keep_below {keep_below}: {result}"
+    want = selection.tile_inflation(a["topk_idx"], block_t, a["cu_seqlens_q"], a["prefix_lens"]).item()
+    threshold = selection.tiles_pay_off_below(block_t, "scalar")
+    want_tiled, want_per_token = selection.split_seqlens(a["cu_seqlens_q"], torch.tensor(want <= threshold))
+    got = torch.full((1,), float("nan"), device="cuda")
+    args = (a["topk_idx"], block_t, threshold, a["cu_seqlens_q"], a["prefix_lens"], selection.SAMPLED_TILES, got)
+    selection_kernel.decide_and_split(*args)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tiled, per_token = selection_kernel.decide_and_split(*args)
+    for _ in range(3):
+        got.fill_(float("nan"))
+        tiled.fill_(-1)
+        per_token.fill_(-1)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert got.item() == pytest.approx(want, rel=1e-6)
+        assert torch.equal(tiled, want_tiled.to(tiled.device)) and torch.equal(per_token, want_per_token.to(tiled.device))
 
 
 _TUNED = gpu_suite.tuned_entries(REPO_CONFIG_DIR / "sm90__NVIDIA_H200.json")

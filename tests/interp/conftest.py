@@ -20,9 +20,10 @@ def _fresh_call_plans():
 @pytest.fixture
 def launches(monkeypatch):
     """Every generated module's launch() spied on (codegen.modules.load_module(...).launch, which
-    the API calls): the names of the variants launched, in order.
+    the API calls), and prefill's decision launch: the names of the variants launched, in order.
     A plan records its launches through launch() before it runs them, so bad input must leave this
     empty, whatever a launch would have written (output, split-K partials or counters)."""
+    from codegen import selection_kernel
     from codegen.modules import load_module
     from codegen.variants import all_variants
 
@@ -38,29 +39,5 @@ def launches(monkeypatch):
 
     for v in all_variants():
         spy(load_module(v.arch, v.kernel, v.scale_mode, v.fold_scales), "launch", v.name)
+    spy(selection_kernel, "decide_and_split", "selection")
     return seen
-
-
-@pytest.fixture
-def spy_api_launches(monkeypatch):
-    """install(seen): every module launch the API makes (codegen.api.load_module(...).launch) then calls
-    seen(args, kwargs) first; the config is args[-1]. The modules' other functions pass through."""
-    from codegen import api
-
-    real = api.load_module
-
-    def install(seen):
-        class Spy:
-            def __init__(self, module):
-                self.module = module
-
-            def __getattr__(self, name):
-                return getattr(self.module, name)
-
-            def launch(self, *args, **kwargs):
-                seen(args, kwargs)
-                return self.module.launch(*args, **kwargs)
-
-        monkeypatch.setattr(api, "load_module", lambda *a: Spy(real(*a)))
-
-    return install

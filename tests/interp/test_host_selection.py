@@ -113,10 +113,25 @@ def tuned_table(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def launched(spy_api_launches):
-    """What the plans launch, in order: the config of each prefill launch (its last positional argument)."""
+def launched(monkeypatch):
+    """What the plans launch, in order: "decide" for the decision launch, else the config of each
+    prefill launch (its last positional argument)."""
+    from codegen import selection_kernel
+
     seen = []
-    spy_api_launches(lambda args, kwargs: seen.append(args[-1]))
+    real_decide = selection_kernel.decide_and_split
+    monkeypatch.setattr(selection_kernel, "decide_and_split", lambda *a, **k: seen.append("decide") or real_decide(*a, **k))
+    real_load = api_module.load_module
+
+    class Spy:
+        def __init__(self, module):
+            self.module = module
+
+        def launch(self, *args, **kwargs):
+            seen.append(args[-1])
+            return self.module.launch(*args, **kwargs)
+
+    monkeypatch.setattr(api_module, "load_module", lambda *a: Spy(real_load(*a)))
     return seen
 
 
@@ -132,7 +147,7 @@ def _only_plan() -> plan.CallPlan:
     return kept
 
 
-DEVICE_DECIDES = [TILES, PER_TOKEN]  # today's auto: the tiles (each deciding), the per-token launch
+DEVICE_DECIDES = ["decide", TILES, PER_TOKEN]  # today's auto: the decision, the tiles, the per-token launch
 
 
 @pytest.mark.parametrize("selection_arg", [None, "auto"])  # the default, and auto named
@@ -176,7 +191,7 @@ def test_outside_the_region_the_device_decides_as_before(tuned_table, launched, 
     _checked(case)
     assert launched == DEVICE_DECIDES
     kept = _only_plan()
-    assert len(kept.launches) == 2 and kept.config == TILES
+    assert len(kept.launches) == 3 and kept.config == TILES
 
 
 def test_a_given_config_keeps_its_selection(tuned_table, launched, monkeypatch):
@@ -186,7 +201,7 @@ def test_a_given_config_keeps_its_selection(tuned_table, launched, monkeypatch):
     case = cases.prefill_case(arch="sm90", pattern="random", seed=4, future_prob=0.0, **SHAPE)
     given = LaunchConfig(block_n=64, block_t=2)
     _checked(case, config=given, selection="auto")
-    assert launched == [given, LaunchConfig(block_n=64)]
+    assert launched == ["decide", given, LaunchConfig(block_n=64)]
     launched.clear()
     _checked(case, config=given)
     assert launched == [given]

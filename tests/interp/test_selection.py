@@ -5,7 +5,7 @@ import torch
 from codegen import LaunchConfig, cases
 from codegen.accuracy import compare, gate_dtype
 from codegen.api import load_module
-from codegen.selection import choose_tiles, split_seqlens, tile_inflation, tile_verdicts, tiles_pay_off_below
+from codegen.selection import choose_tiles, split_seqlens, tile_inflation, tiles_pay_off_below
 
 
 def _case(pattern, seed=0, **kw):
@@ -98,9 +98,21 @@ def test_selection_argument_is_checked():
         cases.run_kernel(case, arch="sm90", config=LaunchConfig(block_t=4), selection="per_token")
 
 
-def test_default_selection_runs_a_given_config_as_given(spy_api_launches):
+def test_default_selection_runs_a_given_config_as_given(monkeypatch):
+    from codegen import api
+
     launched = []
-    spy_api_launches(lambda args, kwargs: launched.append(args[-1].block_t))
+    real = api.load_module
+
+    class Spy:
+        def __init__(self, module):
+            self.module = module
+
+        def launch(self, *args, **kwargs):
+            launched.append(args[-1].block_t)  # the config is the last positional argument
+            return self.module.launch(*args, **kwargs)
+
+    monkeypatch.setattr(api, "load_module", lambda *a: Spy(real(*a)))
     case = _case("random")
     for kw, expected in ((dict(config=LaunchConfig(block_t=4)), [4]),  # given: tiled, one launch
                          (dict(config=LaunchConfig(block_t=4), selection="auto"), [4, 1]),  # both paths
@@ -112,81 +124,56 @@ def test_default_selection_runs_a_given_config_as_given(spy_api_launches):
 
 @pytest.mark.parametrize("pattern,q_lens,prefix_lens,block_t,topk", [
     ("correlated", [40], [9000], 4, 4),
-    ("random", [7, 30, 1, 13], [300, 0, 5000, 128], 2, 4),  # a 1-token request, tails shorter than a tile
+    ("random", [40], [9000], 4, 4),
+    ("random", [7, 30, 1, 13], [300, 0, 5000, 128], 2, 4),  # tiles straddling requests, a 1-token request
     ("random", [33, 20], [20000, 700], 8, 16),
-    ("correlated", [3], [10], 4, 4),  # fewer tokens than a tile
+    ("correlated", [3], [10], 4, 4),  # fewer tokens than a tile: nothing sampled
 ])
-def test_each_tile_decides_and_the_two_launches_split_the_tokens(pattern, q_lens, prefix_lens, block_t, topk):
-    """'auto' on the Triton tiles: each tile writes its verdict (checked against the torch rendering,
-    with pads, ids past a token's own block and repeated ids in the rows), and whatever the verdicts,
-    the tiles and the per-token walk together write every row once, right."""
+def test_one_launch_decision_matches_the_torch_estimate(pattern, q_lens, prefix_lens, block_t, topk):
+    from codegen import selection, selection_kernel
+    from codegen.workspace import arrival_counters
+
     case = _case(pattern, seed=5, q_lens=q_lens, prefix_lens=prefix_lens, topk=topk)
     a = case.args
     ids = a["topk_idx"]
     ids[:, ::5, -1] = -1  # pads and an id past the token's own block are no picks
     ids[:, 1::7, 0] = 2 ** 31 - 1
-    ids[:, 2::6, 1] = ids[:, 2::6, 0]  # a block listed twice by one token: two steps of a tile
     cu, prefix = a["cu_seqlens_q"], a["prefix_lens"]
     for r in range(len(q_lens)):  # the block right after the token's own: in the cache, not visible
         for t in range(int(cu[r]) + 2, int(cu[r + 1]), 9):
             ids[:, t, 1] = (int(prefix[r]) + t - int(cu[r])) // 128 + 1
-    module = load_module("sm90", "prefill", "scalar")
-    tiled, per_token = LaunchConfig(block_n=32, block_t=block_t), LaunchConfig(block_n=64, block_t=1)
-    args = [a[k] for k in ("q", "kv_cache", "topk_idx", "block_table", "cu_seqlens_q", "seq_lens", "prefix_lens",
-                           "max_query_len", "num_kv_heads", "sm_scale", "output", "k_scale", "v_scale")]
-    count = module.verdict_count(a["max_query_len"], len(q_lens), a["num_kv_heads"], block_t)
-    reference = cases.run_reference(case)
-    seen = set()
-    for keep_below in (1e9, 0.0, 1.3, 2.0):
-        want = tile_verdicts(ids, block_t, cu, prefix, a["seq_lens"], a["max_query_len"], keep_below)
-        verdicts = torch.full((count,), -1, dtype=torch.int8)
-        case.poison()
-        module.launch(*args, tiled, verdicts=verdicts, keep_below=keep_below)
-        got = [None if w is None else bool(v) for v, w in zip(verdicts.tolist(), want)]
-        assert got == want, keep_below
-        assert all(v == -1 for v, w in zip(verdicts.tolist(), want) if w is None)  # no tile there: untouched
-        module.launch(*args, per_token, verdicts=verdicts, verdict_t=block_t)
-        result = compare(a["output"], reference, gate_dtype(a["q"].dtype, tiled))
-        assert result.ok, f"keep_below {keep_below}: {result}"
-        seen.update(w for w in want if w is not None)
-    if sum(q_lens) > len(q_lens):  # tiles with a pick: both verdicts met
-        assert seen == {True, False}
+    want = tile_inflation(ids, block_t, cu, prefix, sampled_tiles=6) if sum(q_lens) >= block_t else None
+    for threshold, tiles in ((1e9, True), (0.0, False)):
+        got = torch.full((1,), float("nan"))
+        tiled, per_token = selection_kernel.decide_and_split(ids, block_t, threshold, cu, prefix, 6, got)
+        if want is None:
+            assert got.item() == 1.0 and torch.equal(tiled, cu) and not per_token.any()
+            continue
+        assert got.item() == pytest.approx(want.item(), rel=1e-6)
+        want_tiled, want_per_token = selection.split_seqlens(cu, torch.tensor(tiles))
+        assert torch.equal(tiled, want_tiled) and torch.equal(per_token, want_per_token)
+        assert tiled.dtype == cu.dtype
+    assert not arrival_counters(ids.device, 3, key="selection")[:3].any()  # zero again for the next call
+    with pytest.raises(ValueError, match="block_t"):
+        selection_kernel.decide_and_split(ids, 1, 1.0, cu, prefix, 6)
 
 
-def test_verdict_arguments_are_checked():
-    case = _case("random")
-    a = case.args
-    module = load_module("sm90", "prefill", "scalar")
-    args = [a[k] for k in ("q", "kv_cache", "topk_idx", "block_table", "cu_seqlens_q", "seq_lens", "prefix_lens",
-                           "max_query_len", "num_kv_heads", "sm_scale", "output", "k_scale", "v_scale")]
-    tiled, per_token = LaunchConfig(block_n=32, block_t=4), LaunchConfig(block_n=64, block_t=1)
-    verdicts = torch.zeros(module.verdict_count(a["max_query_len"], 1, a["num_kv_heads"], 4), dtype=torch.int8)
-    for config, kw, match in (
-            (tiled, dict(verdicts=verdicts, verdict_t=4), "a tiled config takes keep_below"),
-            (per_token, dict(verdicts=verdicts, keep_below=2.5), "a tiled config takes keep_below"),
-            (tiled, dict(verdicts=verdicts[:1], keep_below=2.5), "verdicts: expected int8 with at least"),
-            (tiled, dict(verdicts=verdicts.int(), keep_below=2.5), "verdicts: expected int8"),
-            (per_token, dict(verdict_t=4), "only with verdicts")):
-        with pytest.raises(ValueError, match=match):
-            module.launch(*args, config, **kw)
+def test_auto_decides_in_one_launch_without_the_torch_estimate(monkeypatch):
+    """The API's auto path: one decision launch (codegen.selection_kernel), never the torch estimate
+    (~20 graph nodes on a GPU); both prefill launches follow it."""
+    from codegen import api, selection, selection_kernel
 
-
-def test_auto_on_triton_tiles_makes_two_launches_and_no_estimate(monkeypatch, spy_api_launches):
-    """The API's auto path on the Triton tiles: the tiles (writing verdicts) then the per-token walk
-    (reading them), no decision launch, never the torch estimate (~20 graph nodes on a GPU)."""
-    from codegen import selection
-
-    launched = []
-    spy_api_launches(lambda args, kwargs: launched.append(
-        (args[-1].block_t, sorted(k for k in kwargs if k != "record"))))
+    calls = []
+    real = selection_kernel.decide_and_split
+    monkeypatch.setattr(selection_kernel, "decide_and_split", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     for name in ("tile_inflation", "choose_tiles", "split_seqlens"):
         monkeypatch.setattr(selection, name, lambda *a, _n=name, **k: pytest.fail(f"auto called selection.{_n}"))
-    for pattern in ("random", "correlated"):  # one shape: the second call runs the first one's plan
-        case = _case(pattern, seed=4)
-        case.poison()
-        out = cases.run_kernel(case, arch="sm90", config=LaunchConfig(block_n=32, block_t=4), selection="auto")
-        assert launched == [(4, ["keep_below", "verdicts"]), (1, ["verdict_t", "verdicts"])]
-        assert compare(out, cases.run_reference(case), gate_dtype(case.args["q"].dtype, LaunchConfig())).ok
+    case = _case("random", seed=4)
+    case.poison()
+    out = cases.run_kernel(case, arch="sm90", config=LaunchConfig(block_n=32, block_t=4), selection="auto")
+    assert calls == [4]
+    assert compare(out, cases.run_reference(case), gate_dtype(case.args["q"].dtype, LaunchConfig())).ok
+    assert api.selection_kernel is selection_kernel
 
 
 def test_fill_factor_keeps_the_threshold_where_tiles_fill_the_gpu():
@@ -209,14 +196,15 @@ def test_fill_factor_keeps_the_threshold_where_tiles_fill_the_gpu():
             fill_factor(**args)
 
 
-def test_auto_scales_its_threshold_by_the_call_fill(monkeypatch, spy_api_launches):
-    """On a GPU the API passes the tiles the threshold times fill_factor at the device's SM count: a
-    16-token call of 2 KV heads in 4-token tiles keeps a quarter of it at 132 SMs."""
-    from codegen import api, selection
+def test_auto_scales_its_threshold_by_the_call_fill(monkeypatch):
+    """On a GPU the API passes the decision launch the threshold times fill_factor at the device's SM
+    count: a 16-token call of 2 KV heads in 4-token tiles keeps a quarter of it at 132 SMs."""
+    from codegen import api, selection, selection_kernel
 
     thresholds = []
-    spy_api_launches(lambda args, kwargs: kwargs.get("keep_below") is None or thresholds.append(
-        kwargs["keep_below"]))
+    real = selection_kernel.decide_and_split
+    monkeypatch.setattr(selection_kernel, "decide_and_split",
+                        lambda *a, **k: thresholds.append(a[2]) or real(*a, **k))
     monkeypatch.setattr(api, "_sm_count", lambda device: 132)
     case = _case("correlated", seed=6)
     case.poison()
@@ -226,13 +214,15 @@ def test_auto_scales_its_threshold_by_the_call_fill(monkeypatch, spy_api_launche
     assert compare(out, cases.run_reference(case), gate_dtype(case.args["q"].dtype, LaunchConfig())).ok
 
 
-def test_auto_threshold_is_the_tiles_bound_times_the_call_fill():
-    """The threshold the API hands a call's tiles (and selection_check applies): the bound of its
-    block_t, scaled down when its tiles leave SMs idle."""
-    from codegen.selection import auto_threshold, fill_factor, tiles_pay_off_below
+def test_auto_threshold_judges_the_tiles_auto_measures():
+    """The Gluon tile is judged at its own block_t, the Triton tiles at the sampled one; both keep the
+    inflation bound of that size times the call's fill (the API and selection_check share this)."""
+    from codegen.selection import MAX_SAMPLED_BLOCK_T, auto_threshold, fill_factor, tiles_pay_off_below
 
     big = dict(total_q=8192, num_kv_heads=4, sm_count=132)
-    assert auto_threshold(16, "scalar", **big) == pytest.approx(tiles_pay_off_below(16, "scalar"))
+    assert auto_threshold(16, "scalar", gluon=True, **big) == (16, pytest.approx(tiles_pay_off_below(16, "scalar")))
+    assert auto_threshold(16, "scalar", gluon=False, **big) == (
+        MAX_SAMPLED_BLOCK_T, pytest.approx(tiles_pay_off_below(MAX_SAMPLED_BLOCK_T, "scalar")))
     small = dict(total_q=128, num_kv_heads=4, sm_count=132)
-    limit = auto_threshold(8, "per_token_head", **small)
-    assert limit == pytest.approx(4.5 * fill_factor(128, 4, 8, 132)) and limit < 4.5
+    judged, limit = auto_threshold(8, "per_token_head", gluon=False, **small)
+    assert judged == 8 and limit == pytest.approx(4.5 * fill_factor(128, 4, 8, 132)) and limit < 4.5
