@@ -2,9 +2,10 @@
 before any study, database or file exists; --list needs no GPU; defaults do not depend on the
 working directory; status is sorted by tokens; checks fail closed. (The pipeline itself:
 test_tune.py.)"""
-import re
+import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import warnings
@@ -39,6 +40,8 @@ BAD = [
     (["--candidates", "@/no/such/candidates.json"], "msa-tune: --candidates: cannot read '/no/such/candidates.json'"),
     (["--kernels", "decode", "--layouts", "tp4", "--candidates", '{"decode/scalar/fp8/64x4": []}'],
      "msa-tune: --candidates: table(s) ['decode/scalar/fp8/64x4'] are not in this run's grid"),
+    (["--kernels", "decode", "--layouts", "tp4", "--candidates", '{"decode/scalar/fp8/16x1": [], "decode/scalar/fp8/12x1": []}'],
+     "msa-tune: --candidates: ['decode/scalar/fp8/12x1'] name no table"),
     # A candidate the studies cannot run as given: refused up front, not by a crash mid-run.
     (["--kernels", "prefill", "--layouts", "tp4", "--candidates", '[{"block_t": 16}]'],
      "msa-tune: --candidates[0] for prefill/scalar/fp8/16x1: block_t=16 is outside the prefill search space"),
@@ -67,6 +70,21 @@ def test_a_bad_argument_is_one_line_and_exit_code_2_before_anything_is_touched(t
     assert err.count("\n") == 1 and err.startswith(line), err
     assert out == ""
     assert list(tmp_path.iterdir()) == [], "nothing may be created for a refused command"
+
+
+def test_a_candidate_list_is_narrowed_to_the_runs_tables(tmp_path, capsys, monkeypatch):
+    """A list of every table (codegen/tuning/candidates/) with --modes: the other modes' tables are left
+    out, with a note; the run's own keep their configs."""
+    ran = []
+    monkeypatch.setattr(tune, "_device", lambda args: ("sm90", "NVIDIA H200"))
+    monkeypatch.setattr(tune, "_tune", lambda args, argv, arch, device_name: ran.append(args.candidates) or 0)
+    listed = {"prefill/none/bf16/16x1": [{"block_t": 4, "block_n": 64}], "prefill/scalar/fp8/16x1": [{"block_t": 2}]}
+    code = tune.main(["--kernels", "prefill", "--layouts", "tp4", "--modes", "none:bf16", "--out", str(tmp_path / "cfg"),
+                      "--storage", f"sqlite:///{tmp_path / 'db' / 'study.db'}", "--candidates", json.dumps(listed)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "leaving out 1 table(s) outside this run's grid" in err and "prefill/scalar/fp8/16x1" in err
+    assert [list(c) for c in ran] == [["prefill/none/bf16/16x1"]]
 
 
 def test_candidates_are_checked_for_the_arch_the_gpu_names(tmp_path, capsys, monkeypatch):
