@@ -111,21 +111,7 @@ def _check(args) -> None:
                          else seed_configs_from(pathlib.Path(args.seed_from), "--seed-from"))
     grid = _grid(args, args.arch, "check")  # --kernels, --modes, --layouts, --*-buckets
     if isinstance(args.candidates, dict):
-        # A list covers tables by purpose; --kernels/--modes/--layouts may narrow the run to some of them
-        # (say, one scale mode's re-tune). A key that names no table at all is a mistake.
-        tables = {b.table_key for b in grid}
-        outside = sorted(set(args.candidates) - tables)
-        unknown = [key for key in outside if not _names_a_table(key)]
-        if unknown:
-            raise ValueError(f"--candidates: {unknown} name no table (kernel/scale_mode/kv_dtype/<q heads>x<kv heads> "
-                             f"of a known head layout); this run's tables: {sorted(tables)}")
-        if outside and not set(args.candidates) & tables:
-            raise ValueError(f"--candidates: table(s) {outside} are not in this run's grid; expected some of "
-                             f"{sorted(tables)}")
-        if outside:
-            print(f"msa-tune: --candidates: leaving out {len(outside)} table(s) outside this run's grid "
-                  f"(--kernels, --modes, --layouts): {outside}", file=sys.stderr)
-            args.candidates = {key: configs for key, configs in args.candidates.items() if key in tables}
+        args.candidates = A.candidates_for_grid(args.candidates, {b.table_key for b in grid})
     if args.candidates is not None and args.arch != "auto":  # with auto: once the GPU names the arch (main)
         _check_candidates(args.candidates, grid)
     if args.interpret_any_size and not args.interpret:
@@ -139,18 +125,6 @@ def _check(args) -> None:
         smoke.check_candidates(args.candidates)
         if not args.list:  # listing a large grid is how to see it
             smoke.check_size(args, grid)
-
-
-def _names_a_table(key: str) -> bool:
-    """Whether `key` is a table some run could tune: a well-formed key of a known head layout."""
-    from codegen.shapes import HEAD_LAYOUTS
-    from codegen.tuned_store import SchemaError, parse_table_key
-
-    try:
-        *_, num_q_heads, num_kv_heads = parse_table_key(key)
-    except SchemaError:
-        return False
-    return (num_q_heads, num_kv_heads) in HEAD_LAYOUTS.values()
 
 
 def _check_candidates(candidates, grid) -> None:

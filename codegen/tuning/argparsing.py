@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import sys
 
 
 USAGE = """msa-tune [options]                 tune (see the options below)
@@ -167,3 +168,33 @@ def tune_parser(description: str) -> Parser:
                    help="no GPU needed: write the arch defaults for DEVICE_NAME (with --arch) as an unmeasured "
                         "file, e.g. for a GPU nobody could tune on yet (default: off)")
     return p
+
+
+def candidates_for_grid(candidates: dict, tables: set) -> dict:
+    """--candidates given by table, narrowed to this run's `tables`. A list covers tables by purpose and
+    --kernels/--modes/--layouts may narrow a run to some of them (one scale mode's re-tune): those are
+    left out with a note on stderr. A key that names no table at all, or a list of none of the run's
+    tables, is an error."""
+    outside = sorted(set(candidates) - tables)
+    unknown = [key for key in outside if not _names_a_table(key)]
+    if unknown:
+        raise ValueError(f"--candidates: {unknown} name no table (kernel/scale_mode/kv_dtype/<q heads>x<kv heads> "
+                         f"of a known head layout); this run's tables: {sorted(tables)}")
+    if outside and not set(candidates) & tables:
+        raise ValueError(f"--candidates: table(s) {outside} are not in this run's grid; expected some of {sorted(tables)}")
+    if outside:
+        print(f"msa-tune: --candidates: leaving out {len(outside)} table(s) outside this run's grid "
+              f"(--kernels, --modes, --layouts): {outside}", file=sys.stderr)
+    return {key: configs for key, configs in candidates.items() if key in tables}
+
+
+def _names_a_table(key: str) -> bool:
+    """Whether `key` is a table some run could tune: a well-formed key of a known head layout."""
+    from ..shapes import HEAD_LAYOUTS
+    from ..tuned_store import SchemaError, parse_table_key
+
+    try:
+        *_, num_q_heads, num_kv_heads = parse_table_key(key)
+    except SchemaError:
+        return False
+    return (num_q_heads, num_kv_heads) in HEAD_LAYOUTS.values()
