@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_none (arch=gfx942, kernel=decode_split, scale_mode=none)
-# inputs-sha256: d4688a32834d79b2f03ba39cf24f96d4ef0f9d10829a6fe5c868befbb17956e6
+# inputs-sha256: 6499cf49d0ebbe895251faf545b3734945446917575ecb53870cd65cba3690d2
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -287,4 +287,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'd4688a32834d79b2f03ba39cf24f96d4ef0f9d10829a6fe5c868befbb17956e6'
+INPUTS_SHA256 = '6499cf49d0ebbe895251faf545b3734945446917575ecb53870cd65cba3690d2'

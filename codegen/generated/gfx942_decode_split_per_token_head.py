@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_per_token_head (arch=gfx942, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 419b056f9491db95dd45549296820f23ca9967c91ba5376341ce94b3dc613ca2
+# inputs-sha256: 287172bdfd719f93f83c0b067ab07ecf9858f5dfe4067702d7dc8a9a57cc0f7e
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -308,4 +308,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '419b056f9491db95dd45549296820f23ca9967c91ba5376341ce94b3dc613ca2'
+INPUTS_SHA256 = '287172bdfd719f93f83c0b067ab07ecf9858f5dfe4067702d7dc8a9a57cc0f7e'

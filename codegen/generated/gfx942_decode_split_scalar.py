@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 31caeeec2ec75a4cc0d7bea9cf76b978d6942341a259d3d4503b3ad1fe27fc1c
+# inputs-sha256: 8b7ecec70691fb9a65a9e50097e36b21dac0994d2443d6950f19d71c3caf4791
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -296,4 +296,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '31caeeec2ec75a4cc0d7bea9cf76b978d6942341a259d3d4503b3ad1fe27fc1c'
+INPUTS_SHA256 = '8b7ecec70691fb9a65a9e50097e36b21dac0994d2443d6950f19d71c3caf4791'

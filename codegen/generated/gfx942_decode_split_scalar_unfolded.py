@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 194376051173de0f4825fed26636a828e47f5a97b520a59ba41f2da753470faf
+# inputs-sha256: 1d753a18c0c8e90d3e48e3dfda2338c19536d24ba10c6e7d8bd3ca6d7b331bfc
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -294,4 +294,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '194376051173de0f4825fed26636a828e47f5a97b520a59ba41f2da753470faf'
+INPUTS_SHA256 = '1d753a18c0c8e90d3e48e3dfda2338c19536d24ba10c6e7d8bd3ca6d7b331bfc'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: d13eb7db75fb4eeb0044c71b37bc3232db3b60678eb176648e53384d76c05774
+# inputs-sha256: 9753c326566850014dbb1766edffa8a59701dc36ed57ce6beb96deb6c77ccb92
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -311,4 +311,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'd13eb7db75fb4eeb0044c71b37bc3232db3b60678eb176648e53384d76c05774'
+INPUTS_SHA256 = '9753c326566850014dbb1766edffa8a59701dc36ed57ce6beb96deb6c77ccb92'

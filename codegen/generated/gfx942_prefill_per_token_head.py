@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: e09b8b0befd5b352c54e460429b40b01b2ef7416532341cefc3e007a3953820f
+# inputs-sha256: f7df14831500f90f8d7425f2b8714106f061e5e9be63e9a583d9ca29e37e3590
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -359,4 +359,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'e09b8b0befd5b352c54e460429b40b01b2ef7416532341cefc3e007a3953820f'
+INPUTS_SHA256 = 'f7df14831500f90f8d7425f2b8714106f061e5e9be63e9a583d9ca29e37e3590'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: f7e3631fe4e19093d678d031d0bc7d2e8428a6d21812e2f025362d6213491090
+# inputs-sha256: c5079e2a848a46dd5c12779e55e2d42882fccb3cebd2525e182769cacc995554
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -320,4 +320,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'f7e3631fe4e19093d678d031d0bc7d2e8428a6d21812e2f025362d6213491090'
+INPUTS_SHA256 = 'c5079e2a848a46dd5c12779e55e2d42882fccb3cebd2525e182769cacc995554'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: d54db85749233de0e045708d5171a5d4ada0558e26a14d204429aaa61eb7c428
+# inputs-sha256: 2ac50108460a069386e0107676e4a2d7472eb5aa569b2689ed7701f02c984f6e
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -320,4 +320,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'd54db85749233de0e045708d5171a5d4ada0558e26a14d204429aaa61eb7c428'
+INPUTS_SHA256 = '2ac50108460a069386e0107676e4a2d7472eb5aa569b2689ed7701f02c984f6e'

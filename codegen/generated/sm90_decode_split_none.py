@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: 7b1e78842b9eed4c0e410f75411f842b667be40f2feb1453aee0bf1cb76fd5fb
+# inputs-sha256: 51753c4bc716c1200f9e138998653de8c3375d93916141159590060be887cb44
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -324,4 +324,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '7b1e78842b9eed4c0e410f75411f842b667be40f2feb1453aee0bf1cb76fd5fb'
+INPUTS_SHA256 = '51753c4bc716c1200f9e138998653de8c3375d93916141159590060be887cb44'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 5fdcc78cfdfbab6b627129eb7c27dc6ba2f12523e237bc79fc76f41b9a4b8fe2
+# inputs-sha256: d6923cf43b1637ee3608483410f26396b4bbe8abc67ada2cef620514d1781d52
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -345,4 +345,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '5fdcc78cfdfbab6b627129eb7c27dc6ba2f12523e237bc79fc76f41b9a4b8fe2'
+INPUTS_SHA256 = 'd6923cf43b1637ee3608483410f26396b4bbe8abc67ada2cef620514d1781d52'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 99b452b76c46f1dde215015661a2e22e47c4e781742f2aacde6e31ef03774052
+# inputs-sha256: 97d4c7cf253300ca19ab3b3d79af75eaa7a314b1cb6fb651e7ae59896146161b
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -333,4 +333,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '99b452b76c46f1dde215015661a2e22e47c4e781742f2aacde6e31ef03774052'
+INPUTS_SHA256 = '97d4c7cf253300ca19ab3b3d79af75eaa7a314b1cb6fb651e7ae59896146161b'

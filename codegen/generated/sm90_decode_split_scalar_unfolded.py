@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar_unfolded (arch=sm90, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 2872a4c0f640a4f1db1d2e6ffcdbefb79db2b9510ec78aed0dd6b615b13283fc
+# inputs-sha256: 38f4d52d5fa0b9e991a9ade8c4c5ced1468d959f3956c33c9c97b04431d50465
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -331,4 +331,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '2872a4c0f640a4f1db1d2e6ffcdbefb79db2b9510ec78aed0dd6b615b13283fc'
+INPUTS_SHA256 = '38f4d52d5fa0b9e991a9ade8c4c5ced1468d959f3956c33c9c97b04431d50465'

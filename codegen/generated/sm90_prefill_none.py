@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: e3125d4131b66ebe0a08d7384d7f9045b357dc906d232361af330f60f0b4ddd0
+# inputs-sha256: 7c63666a4e5792058c01f12edc8c1fa475bd546d728cc5eb6ea5a38ecfb1a698
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -392,4 +392,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'e3125d4131b66ebe0a08d7384d7f9045b357dc906d232361af330f60f0b4ddd0'
+INPUTS_SHA256 = '7c63666a4e5792058c01f12edc8c1fa475bd546d728cc5eb6ea5a38ecfb1a698'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 870f0576b1ea913436d705fca05899b35c444fae84a1021aefa99ab2c0677bdd
+# inputs-sha256: 62c0c33f361a525bb39d8a9993d9f4b0d7789a4ab433c5ddf3f2afae14f4a205
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -440,4 +440,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '870f0576b1ea913436d705fca05899b35c444fae84a1021aefa99ab2c0677bdd'
+INPUTS_SHA256 = '62c0c33f361a525bb39d8a9993d9f4b0d7789a4ab433c5ddf3f2afae14f4a205'

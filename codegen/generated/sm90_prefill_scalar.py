@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 07e6170c99a9294f89dfb53a67f177fe58025f2b0fa369f04612f7c43effeef5
+# inputs-sha256: 5406d0a1019cf66be79599312ab2b83808d360f01d33f25c746d5a5caf16895c
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -401,4 +401,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '07e6170c99a9294f89dfb53a67f177fe58025f2b0fa369f04612f7c43effeef5'
+INPUTS_SHA256 = '5406d0a1019cf66be79599312ab2b83808d360f01d33f25c746d5a5caf16895c'

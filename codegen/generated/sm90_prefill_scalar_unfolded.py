@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: cffe2fd09cc9d65c3d021227739a20902c1936680036d303e37525ed5ce3bd18
+# inputs-sha256: 290f0ed2017adec12e0a372506aa076c017436e58ca3ee933aff624b49ccae55
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -401,4 +401,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'cffe2fd09cc9d65c3d021227739a20902c1936680036d303e37525ed5ce3bd18'
+INPUTS_SHA256 = '290f0ed2017adec12e0a372506aa076c017436e58ca3ee933aff624b49ccae55'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: 9630c6a1e168cbe67cac4445c68142439571524bd3b95633eb2fdd064a81be4a
+# inputs-sha256: 730718430107afcfa6be71fb6998ee7c9d53e41cd03549cf69ecfd0125f95d1c
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -636,4 +636,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '9630c6a1e168cbe67cac4445c68142439571524bd3b95633eb2fdd064a81be4a'
+INPUTS_SHA256 = '730718430107afcfa6be71fb6998ee7c9d53e41cd03549cf69ecfd0125f95d1c'
