@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: 730718430107afcfa6be71fb6998ee7c9d53e41cd03549cf69ecfd0125f95d1c
+# inputs-sha256: 48b38135384b672c1d9a6e760df3687d89c8d8756921cc275a5cea715eed3d46
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -250,15 +250,15 @@ def _issue(kv_desc, k8, v8, kbar, vbar, g, page, j, n_steps, BN: gl.constexpr, D
 
 
 @gluon.jit
-def _convert(src, dst, n_vis, scale_row, stride_sc_t, inv_top, BN: gl.constexpr, CR: gl.constexpr,
+def _convert(src, dst, n_vis, ratio_s, BN: gl.constexpr, CR: gl.constexpr,
              ZERO_PAST: gl.constexpr, cvt_layout: gl.constexpr):
     """fp8 shared tile -> registers -> fp16 shared tile, CR rows at a time, row n multiplied by its
-    per-token scale over the page's largest (scale_row[n] * inv_top). ZERO_PAST: rows >= n_vis are 0."""
+    fp16 ratio (ratio_s[n]: its scale over the page's largest). ZERO_PAST: rows >= n_vis are 0."""
     for c in gl.static_range(BN // CR):
         x = src.slice(c * CR, CR).load(cvt_layout)
         rows = c * CR + gl.arange(0, CR, layout=gl.SliceLayout(1, cvt_layout))
-        sc = gl.load(scale_row + rows * stride_sc_t, mask=rows < n_vis, other=0.0)
-        y = x.to(gl.float16) * (sc * inv_top).to(gl.float16)[:, None]
+        r = ratio_s.slice(c * CR, CR).load(gl.SliceLayout(1, cvt_layout))
+        y = x.to(gl.float16) * r[:, None]
         if ZERO_PAST:
             y = gl.where((rows < n_vis)[:, None], y, 0.0)
         dst.slice(c * CR, CR).store(y)
@@ -281,7 +281,7 @@ def _top(scales):
 
 
 @gluon.jit
-def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks_head, vs_head, stride_ks_t,
+def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ratios_s, ks_head, vs_head, stride_ks_t,
                stride_vs_t, BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr, NC: gl.constexpr,
                CR: gl.constexpr, PLAN: gl.constexpr, PAGE: gl.constexpr):
     """Worker partition (4 warps): K/V pages by TMA into the fp8 ring (NS steps ahead), converted into
@@ -307,11 +307,14 @@ def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks
         page_n, blk_n, whole_n, tokens_n, n_vis_n = _step_words(plan_row, j + NS, n_steps, PLAN, PAGE)
         k_top = _top(ks_next)
         v_top = _top(vs_next)
+        # this page's fp16 ratios, once, where every converter warp reads its rows' (the last step's reads
+        # of them ended at its closing barrier)
+        ratios_s.index(0).store((ks_next * (1.0 / k_top)).to(gl.float16))
+        ratios_s.index(1).store((vs_next * (1.0 / v_top)).to(gl.float16))
         page_1, blk_1, whole_1, tokens_1, n_vis_1 = _step_words(plan_row, j + 1, n_steps, PLAN, PAGE)
         ks_next = _page_scales(ks_head, stride_ks_t, page_1, n_vis_1, j + 1 < n_steps, BN, PAGE, top_layout)
         vs_next = _page_scales(vs_head, stride_vs_t, page_1, n_vis_1, j + 1 < n_steps, BN, PAGE, top_layout)
-        ks_row = ks_head + page.to(gl.int64) * PAGE * stride_ks_t  # the per-row loads below hit what was loaded
-        vs_row = vs_head + page.to(gl.int64) * PAGE * stride_vs_t
+        _cta_barrier()
         s = j % NS
         c = j % NC
         ph = (j // NS) & 1
@@ -319,13 +322,13 @@ def _converter(kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks
         mbarrier.wait(kbar.index(s), ph)
         _named_barrier(ones * (KEMPTY_BAR + c), 384, True, refill)  # QK(j - NC) retired (and its tops read)
         tops_s.index(c).store(gl.where(gl.arange(0, 2, layout=tops_layout) == 0, k_top, v_top))
-        _convert(k8.index(s), k16.index(c), n_vis, ks_row, stride_ks_t, 1.0 / k_top, BN, CR, False, cvt_layout)
+        _convert(k8.index(s), k16.index(c), n_vis, ratios_s.index(0), BN, CR, False, cvt_layout)
         mbarrier.wait(vbar.index(s), ph)
         _named_barrier(ones * (VEMPTY_BAR + c), 384, True, refill)  # PV(j - NC) retired
         if n_vis < BN:
-            _convert(v8.index(s), v16.index(c), n_vis, vs_row, stride_vs_t, 1.0 / v_top, BN, CR, True, cvt_layout)
+            _convert(v8.index(s), v16.index(c), n_vis, ratios_s.index(1), BN, CR, True, cvt_layout)
         else:
-            _convert(v8.index(s), v16.index(c), n_vis, vs_row, stride_vs_t, 1.0 / v_top, BN, CR, False, cvt_layout)
+            _convert(v8.index(s), v16.index(c), n_vis, ratios_s.index(1), BN, CR, False, cvt_layout)
         fence_async_shared()  # generic-proxy stores before the MMA warps' wgmma (async proxy) reads them
         _named_barrier(ones * (READY_BAR + 2 * c), 256, False, ones)
         _named_barrier(ones * (READY_BAR + 2 * c + 1), 256, False, ones)
@@ -507,6 +510,7 @@ def _prefill_ws_kernel(
     k8, v8, k16, v16, bars = _alloc_rings(BLOCK_N, HEAD_DIM, STAGES, STAGES)
     # each fp16 stage's largest |K| and |V| scales, converter -> consumer
     tops_s = gl.allocate_shared_memory(gl.float32, [STAGES, 2], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    ratios_s = gl.allocate_shared_memory(gl.float16, [2, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     fence_async_shared()  # barrier inits and q visible to the TMA unit / wgmma
     _cta_barrier()
     ks_head = k_scale_ptr + g.to(gl.int64) * stride_ks_h
@@ -515,7 +519,7 @@ def _prefill_ws_kernel(
         (_consumer, (q_s, k16, v16, out_ptr, plan_row, n_steps, qk_scale, tops_s, kv_lo, seq_len,
                      n_tok, q_start + i0, g * GQA, stride_o_t, stride_o_h, BM, BLOCK_N, HEAD_DIM, STAGES, GQA, PLAN,
                      PAGE, NUM_WARPS)),
-        (_converter, (kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ks_head, vs_head, stride_ks_t, stride_vs_t,
+        (_converter, (kv_desc, k8, v8, k16, v16, bars, plan_row, g, n_steps, tops_s, ratios_s, ks_head, vs_head, stride_ks_t, stride_vs_t,
                       BLOCK_N, HEAD_DIM, STAGES, STAGES, CONVERT_ROWS, PLAN, PAGE)),
     ], [CONVERTER_WARPS], [CONVERTER_REGS])
 
@@ -636,4 +640,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '730718430107afcfa6be71fb6998ee7c9d53e41cd03549cf69ecfd0125f95d1c'
+INPUTS_SHA256 = '48b38135384b672c1d9a6e760df3687d89c8d8756921cc275a5cea715eed3d46'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: 0bf2016ef1d4d3dedfac9ea470eaf9e8268834e2e274dc2ccbacd0586fd966f5
+# inputs-sha256: 933065165c03b85e414795cf03431a7aa80e1836761e809712877f2c5e00307b
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -588,4 +588,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '0bf2016ef1d4d3dedfac9ea470eaf9e8268834e2e274dc2ccbacd0586fd966f5'
+INPUTS_SHA256 = '933065165c03b85e414795cf03431a7aa80e1836761e809712877f2c5e00307b'
