@@ -166,8 +166,11 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
     q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens = roles
     recorded = []
     rest = (seq_lens, prefix_lens, max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale)
+    # Every launch under PDL: each waits for the one before, so `auto`'s decision, the tiles and the per-token
+    # walk (emptied or not) start while the launch before them drains.
+    use_pdl = _use_pdl(q)
     if per_token is None:
-        tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded)
+        tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, use_pdl=use_pdl, record=recorded)
     else:
         # One launch decides on the device and writes both launches' offsets (the other path's are
         # zeros); its counters are the plan's own (codegen.workspace.call_counters).
@@ -178,15 +181,15 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
             num_kv_heads=num_kv_heads, sm_count=_sm_count(q.device))
         if config.warp_specialize:  # the Gluon tile's plan launch decides, exactly over every tile's plan
             decide = selection_kernel.PlanDecision.for_call(cu_seqlens_q, keep_below, counters)
-            tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, record=recorded,
+            tiles.launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, *rest, config, use_pdl=use_pdl, record=recorded,
                          decide=decide)
             per_token_cu = decide.per_token_cu
         else:  # a decision launch, then the tiles
             tiled_cu, per_token_cu = selection_kernel.decide_and_split(
                 topk_idx, judged_t, keep_below, cu_seqlens_q, prefix_lens, tile_selection.SAMPLED_TILES,
-                counters=counters, record=recorded)
-            tiles.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, record=recorded)
-        module.launch(q, kv_cache, topk_idx, block_table, per_token_cu, *rest, per_token, record=recorded)
+                counters=counters, use_pdl=use_pdl, record=recorded)
+            tiles.launch(q, kv_cache, topk_idx, block_table, tiled_cu, *rest, config, use_pdl=use_pdl, record=recorded)
+        module.launch(q, kv_cache, topk_idx, block_table, per_token_cu, *rest, per_token, use_pdl=use_pdl, record=recorded)
     launches = bind_recorded(recorded, roles, device=_launch_device(q))
     return call_plans.CallPlan(launches, stamp=stamp, config=config)
 

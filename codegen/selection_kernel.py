@@ -35,8 +35,10 @@ def _inflation_decision_kernel(
     num_reqs, num_tiles, samples, topk, threshold, search_steps,
     stride_tk_h, stride_tk_t, stride_tk_k,
     BLOCK_T: tl.constexpr, TOPK_P2: tl.constexpr, PAGE: tl.constexpr, PER_PROGRAM: tl.constexpr,
-    CU_BLOCK: tl.constexpr,
+    CU_BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    if USE_PDL:  # under PDL: the call's inputs may come from the launch before (no early trigger: prefill.py)
+        tl.extra.cuda.gdc_wait()
     g = tl.program_id(0)  # KV head
     chunk = tl.program_id(1)
     N: tl.constexpr = BLOCK_T * TOPK_P2
@@ -100,13 +102,14 @@ def _inflation_decision_kernel(
 def decide_and_split(topk_idx: torch.Tensor, block_t: int, threshold: float, cu_seqlens_q: torch.Tensor,
                      prefix_lens: torch.Tensor, sampled_tiles: int,
                      inflation_out: torch.Tensor | None = None, *, counters: torch.Tensor | None = None,
-                     record: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     use_pdl: bool = False, record: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(cu_seqlens of the tiled launch, of the per-token launch) in one launch: the tiled one keeps
     the offsets when the sampled inflation is at most `threshold`, else the per-token one does; the
     other gets zeros. `inflation_out` (float32, one element) receives the estimate (for tests).
     CUDA-graph safe: the grid depends on shapes only, the counters return to zero.
     `counters`: >= 3 zeroed int32 (default: the device's shared "selection" buffer; a call plan
-    passes its own, so calls on two streams never share them). `record`: a list that receives the
+    passes its own, so calls on two streams never share them). use_pdl: under programmatic dependent
+    launch (Hopper), as the prefill launches after it. `record`: a list that receives the
     launch as (kernel, grid, args, kwargs) instead of running it (codegen.plan binds it); with
     nothing to sample it returns (cu_seqlens_q, zeros) without recording a launch."""
     if block_t < 2:
@@ -130,7 +133,7 @@ def decide_and_split(topk_idx: torch.Tensor, block_t: int, threshold: float, cu_
     args = (topk_idx, cu_seqlens_q, prefix_lens, counters, tiled_cu, per_token_cu, inflation_out,
             num_reqs, num_tiles, samples, topk, float(threshold), num_reqs.bit_length(), *topk_idx.stride())
     kwargs = dict(BLOCK_T=block_t, TOPK_P2=triton.next_power_of_2(topk), PAGE=PAGE_SIZE, PER_PROGRAM=SAMPLES_PER_PROGRAM,
-                  CU_BLOCK=256, num_warps=4)
+                  CU_BLOCK=256, USE_PDL=use_pdl, num_warps=4, launch_pdl=use_pdl)
     if record is not None:
         record.append((_inflation_decision_kernel, grid, args, kwargs))
     else:

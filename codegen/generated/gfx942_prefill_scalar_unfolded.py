@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 2ac50108460a069386e0107676e4a2d7472eb5aa569b2689ed7701f02c984f6e
+# inputs-sha256: 9eca8cb0be378dad5e61e79ebed2924b8293cf74b2b3a89aeada22cc5fc81c2c
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -40,6 +40,7 @@ def _msa_prefill_kernel(
     GQA: tl.constexpr, GQA_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     TOPK_P2: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     KV_UPCAST: tl.constexpr, KV_TMA: tl.constexpr, PLAN: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     i0 = tl.program_id(0) * BLOCK_T  # first query of the tile inside its request
@@ -273,7 +274,8 @@ def kv_descriptor(kv_cache, head_dim, block_n):
     return TensorDescriptor(kv_cache, list(kv_cache.shape), list(kv_cache.stride()), [1, 1, block_n, head_dim])
 
 
-def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=False, kv_rows_aligned=True, **_):
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=False, kv_rows_aligned=True,
+               use_pdl=False, **_):
     """The kernel's compile-time parameters for a shape and config (shared with the static checks).
     kv_rows_aligned: the cache's (the function of that name); the V conversions of kv_upcast 3 take
     an operand per key and need its load layout."""
@@ -282,7 +284,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=Fals
     return dict(GQA=gqa, GQA_PAD=gqa_pad, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
                 KV_UPCAST=config.kv_upcast,
-                KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
+                KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk),
+                USE_PDL=False)
 
 
 def options(config):
@@ -292,8 +295,9 @@ def options(config):
 
 
 def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
-           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config, record=None):
-    """Launches on validated arguments (codegen.api checks them). `record`: a list that receives
+           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config, use_pdl=False, record=None):
+    """Launches on validated arguments (codegen.api checks them). use_pdl: launch under programmatic
+    dependent launch (Hopper; the kernel waits for the launch before it). `record`: a list that receives
     the launch as (kernel, grid, args, kwargs) instead of running it (codegen.plan binds it)."""
     num_reqs = seq_lens.shape[0]
     topk = topk_idx.shape[2]
@@ -302,7 +306,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
     kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
     consts = constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
-                        config=config, kv_tma=kv_tma, kv_rows_aligned=kv_rows_aligned(kv_cache))
+                        config=config, kv_tma=kv_tma, kv_rows_aligned=kv_rows_aligned(kv_cache), use_pdl=use_pdl)
     # The tile plans' scratch, [programs, 2, PLAN] (the per-token walk has none: the output stands in, never read).
     plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * consts["PLAN"], dtype=torch.int64, device=q.device)
             if config.block_t > 1 else output)
@@ -320,4 +324,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '2ac50108460a069386e0107676e4a2d7472eb5aa569b2689ed7701f02c984f6e'
+INPUTS_SHA256 = '9eca8cb0be378dad5e61e79ebed2924b8293cf74b2b3a89aeada22cc5fc81c2c'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 290f0ed2017adec12e0a372506aa076c017436e58ca3ee933aff624b49ccae55
+# inputs-sha256: d78fde42508e7538ae7b0194ad76c76d0273f84d73fe2dadefe61f2ceaa71869
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -40,8 +40,15 @@ def _msa_prefill_kernel(
     GQA: tl.constexpr, GQA_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     TOPK_P2: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     KV_UPCAST: tl.constexpr, KV_TMA: tl.constexpr, PLAN: tl.constexpr, V_CVT_ASM: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
+    if USE_PDL:
+        # Launched under PDL: the offsets may come from `auto`'s decision (or plan) launch just before.
+        # No early trigger: the next launch's programs would wait beside this one's and slow it (auto
+        # on short calls whose tiles won: +12-20 us with the trigger at the start, H200); each program
+        # lets it go as it exits.
+        tl.extra.cuda.gdc_wait()
     i0 = tl.program_id(0) * BLOCK_T  # first query of the tile inside its request
     req = tl.program_id(1)
     g = tl.program_id(2)  # KV head
@@ -354,7 +361,8 @@ def kv_descriptor(kv_cache, head_dim, block_n):
     return TensorDescriptor(kv_cache, list(kv_cache.shape), list(kv_cache.stride()), [1, 1, block_n, head_dim])
 
 
-def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=False, kv_rows_aligned=True, **_):
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=False, kv_rows_aligned=True,
+               use_pdl=False, **_):
     """The kernel's compile-time parameters for a shape and config (shared with the static checks).
     kv_rows_aligned: the cache's (the function of that name); the V conversions of kv_upcast 3 take
     an operand per key and need its load layout."""
@@ -364,7 +372,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, kv_tma=Fals
                 BLOCK_T=config.block_t, BLOCK_M=max(16, config.block_t * gqa_pad), BLOCK_N=config.block_n,
                 KV_UPCAST=2 if config.kv_upcast == 3 else config.kv_upcast,
                 V_CVT_ASM=config.kv_upcast == 3 and kv_rows_aligned,
-                KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk))
+                KV_TMA=kv_tma, PLAN=config.block_t * triton.next_power_of_2(topk),
+                USE_PDL=use_pdl)
 
 
 def options(config):
@@ -373,8 +382,9 @@ def options(config):
 
 
 def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
-           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config, record=None):
-    """Launches on validated arguments (codegen.api checks them). `record`: a list that receives
+           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config, use_pdl=False, record=None):
+    """Launches on validated arguments (codegen.api checks them). use_pdl: launch under programmatic
+    dependent launch (Hopper; the kernel waits for the launch before it). `record`: a list that receives
     the launch as (kernel, grid, args, kwargs) instead of running it (codegen.plan binds it)."""
     num_reqs = seq_lens.shape[0]
     topk = topk_idx.shape[2]
@@ -383,7 +393,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
     kv_tma = reads_through_tma(kv_cache, q.shape[2], config)
     consts = constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
-                        config=config, kv_tma=kv_tma, kv_rows_aligned=kv_rows_aligned(kv_cache))
+                        config=config, kv_tma=kv_tma, kv_rows_aligned=kv_rows_aligned(kv_cache), use_pdl=use_pdl)
     # The tile plans' scratch, [programs, 2, PLAN] (the per-token walk has none: the output stands in, never read).
     plan = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * consts["PLAN"], dtype=torch.int64, device=q.device)
             if config.block_t > 1 else output)
@@ -394,11 +404,11 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         float(sm_scale), topk,
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
     )
-    kwargs = dict(**consts, **options(config))
+    kwargs = dict(**consts, **options(config), launch_pdl=use_pdl)
     if record is not None:
         record.append((_msa_prefill_kernel, grid, args, kwargs))
     else:
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '290f0ed2017adec12e0a372506aa076c017436e58ca3ee933aff624b49ccae55'
+INPUTS_SHA256 = 'd78fde42508e7538ae7b0194ad76c76d0273f84d73fe2dadefe61f2ceaa71869'

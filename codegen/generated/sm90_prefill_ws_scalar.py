@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: 933065165c03b85e414795cf03431a7aa80e1836761e809712877f2c5e00307b
+# inputs-sha256: 368eb420b0164762513e294c7378e4650df8c91b4f5f0e14192ee9e144aee5f0
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -73,6 +73,12 @@ NAMED_BARRIERS = range(6, 16)  # the ids above (tests check that Triton's own st
 
 
 @gluon.jit
+def _gdc_wait():
+    """Under programmatic dependent launch: wait for the launch before this one (its writes visible)."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def _named_barrier(ids, count: gl.constexpr, SYNC: gl.constexpr, pred):
     """bar.sync (SYNC) or bar.arrive of each thread on barrier ids[thread] for `count` threads, where
     pred[thread] != 0 (ids, pred: int32, one element a thread; pred uniform over a warp)."""
@@ -104,13 +110,15 @@ def _tile_plan_kernel(
     stride_tk_h, stride_tk_t, stride_tk_k, stride_bt_r, stride_bt_b,
     counters_ptr, tiled_cu_ptr, per_token_cu_ptr, inflation_ptr, threshold,
     PAGE: tl.constexpr, TOPK_P2: tl.constexpr, BLOCK_T: tl.constexpr, PLAN: tl.constexpr,
-    DECIDE: tl.constexpr, CU_BLOCK: tl.constexpr,
+    DECIDE: tl.constexpr, CU_BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     """One tile's plan and step count (grid: tiles, requests, KV heads; programs numbered as the
     Gluon kernel numbers them). DECIDE (selection 'auto'): also `auto`'s decision, exact over every
     tile: the tiles' steps x BLOCK_T over the tokens' picks (what codegen.selection.tile_inflation
     samples); the last program to arrive writes the tiled and per-token launches' cu_seqlens (the
     path not taken gets zeros), the inflation, and puts the counters back to zero."""
+    if USE_PDL:  # under PDL: the call's inputs may come from the launch before (no early trigger: prefill.py)
+        tl.extra.cuda.gdc_wait()
     i0 = tl.program_id(0) * BLOCK_T
     req = tl.program_id(1)
     g = tl.program_id(2)
@@ -422,8 +430,10 @@ def _prefill_ws_kernel(
     # shapes and launch parameters
     GQA: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, CONVERT_ROWS: gl.constexpr, PLAN: gl.constexpr, CONVERTER_REGS: gl.constexpr,
-    NUM_WARPS: gl.constexpr, CONVERTER_WARPS: gl.constexpr,
+    NUM_WARPS: gl.constexpr, CONVERTER_WARPS: gl.constexpr, USE_PDL: gl.constexpr,
 ):
+    if USE_PDL:  # the plan launch's words and offsets are complete after this
+        _gdc_wait()
     BM: gl.constexpr = BLOCK_T * GQA
     gl.static_assert(BM == 128)
     gl.static_assert(BLOCK_N == PAGE)
@@ -528,17 +538,18 @@ def kv_descriptor(kv_cache):
                             layout)
 
 
-def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, **_):
+def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, use_pdl=False, **_):
     """The Gluon kernel's compile-time parameters for a shape and config (shared with the static checks)."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, BLOCK_T=config.block_t, BLOCK_N=BLOCK_N, STAGES=STAGES,
                 CONVERT_ROWS=config.convert_rows, PLAN=plan_constexprs(topk=topk, config=config)["PLAN"],
-                CONVERTER_REGS=CONVERTER_REGS, NUM_WARPS=CONSUMER_WARPS, CONVERTER_WARPS=CONVERTER_WARPS)
+                CONVERTER_REGS=CONVERTER_REGS, NUM_WARPS=CONSUMER_WARPS, CONVERTER_WARPS=CONVERTER_WARPS,
+                USE_PDL=use_pdl)
 
 
-def plan_constexprs(*, topk, config, **_):
+def plan_constexprs(*, topk, config, use_pdl=False, **_):
     return dict(PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk), BLOCK_T=config.block_t,
-                PLAN=config.block_t * triton.next_power_of_2(topk))
+                PLAN=config.block_t * triton.next_power_of_2(topk), USE_PDL=use_pdl)
 
 
 def options(config):
@@ -547,9 +558,11 @@ def options(config):
 
 
 def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
-           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config, record=None, decide=None):
+           max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, config, use_pdl=False, record=None,
+           decide=None):
     """The plan launch, then the tile's, on validated arguments (codegen.api checks them, `unsupported`
-    included). `record`: a list that receives the launches as (kernel, grid, args, kwargs) instead of
+    included); use_pdl: both under programmatic dependent launch (each waits for the launch before it).
+    `record`: a list that receives the launches as (kernel, grid, args, kwargs) instead of
     running them (codegen.plan binds them). `decide`: selection 'auto' decided by the plan launch (a
     codegen.selection_kernel.PlanDecision: the tiles run on its tiled_cu, the per-token launch takes
     its per_token_cu)."""
@@ -562,7 +575,7 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             decide.inflation.fill_(1.0)
         return output
     grid = (triton.cdiv(max_query_len, config.block_t), num_reqs, num_kv_heads)
-    plan_consts = plan_constexprs(topk=topk, config=config)
+    plan_consts = plan_constexprs(topk=topk, config=config, use_pdl=use_pdl)
     programs = grid[0] * grid[1] * grid[2]
     plan = torch.empty(programs * (2 * plan_consts["PLAN"] + 1), dtype=torch.int64, device=q.device)
     if decide is None:
@@ -577,9 +590,9 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         float(sm_scale), q.stride(0), q.stride(1), output.stride(0), output.stride(1),
     )
     kwargs = dict(**constexprs(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2], topk=topk,
-                               config=config), **options(config))
+                               config=config, use_pdl=use_pdl), **options(config), launch_pdl=use_pdl)
     launches = [(_tile_plan_kernel, grid, plan_args, dict(**plan_consts, DECIDE=decide is not None, CU_BLOCK=256,
-                                                          num_warps=PLAN_WARPS)),
+                                                          num_warps=PLAN_WARPS, launch_pdl=use_pdl)),
                 (_prefill_ws_kernel, grid, args, kwargs)]
     for kernel, kernel_grid, kernel_args, kernel_kwargs in launches:
         if record is not None:
@@ -588,4 +601,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '933065165c03b85e414795cf03431a7aa80e1836761e809712877f2c5e00307b'
+INPUTS_SHA256 = '368eb420b0164762513e294c7378e4650df8c91b4f5f0e14192ee9e144aee5f0'

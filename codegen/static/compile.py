@@ -219,8 +219,8 @@ def compile_inputs(launch: StaticLaunch, options: Mapping[str, Any] | None = Non
                                                   and launch.kv_rows_aligned),
                                           kv_rows_aligned=launch.kv_rows_aligned)
     compile_options = dict(module.options(launch.config))
-    if launch.kernel.startswith("decode") and launch.use_pdl:
-        compile_options["launch_pdl"] = True  # codegen.api launches both decode kernels with launch_pdl
+    if launch.use_pdl:
+        compile_options["launch_pdl"] = True  # codegen.api launches these kernels with launch_pdl
     compile_options.update(options or {})
     validate_options(launch.arch, compile_options)
     signature, constexprs, attrs, notes = _signature(launch, fn, kernel_constexprs)

@@ -188,8 +188,8 @@ def config_label(arch: str, kernel: str, config: LaunchConfig) -> str:
 
 
 def runtime_use_pdl(arch: str, kernel: str) -> bool:
-    """What codegen.api does on a GPU: programmatic dependent launch for sm90 decode only."""
-    return get_arch(arch).use_pdl and kernel in ("decode_split", "decode_merge")
+    """What codegen.api does on a GPU: programmatic dependent launch for every sm90 launch."""
+    return get_arch(arch).use_pdl and kernel in ("decode_split", "decode_merge", "prefill", "prefill_ws")
 
 
 def _as_config(config) -> LaunchConfig:

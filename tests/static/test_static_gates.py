@@ -250,7 +250,7 @@ def _record_launch(monkeypatch, launch):
         launch.module().launch(
             a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["cu_seqlens_q"], a["seq_lens"], a["prefix_lens"],
             a["max_query_len"], a["num_kv_heads"], a["sm_scale"], a["output"], a["k_scale"], a["v_scale"],
-            launch.config, record=recorded)
+            launch.config, launch.use_pdl, record=recorded)
         [(_, _, args, kwargs)] = [entry for entry in recorded if entry[0] is launch.module().KERNEL]
         return args, kwargs
     recorders = {}
@@ -264,7 +264,8 @@ def _record_launch(monkeypatch, launch):
         a = cases.prefill_case(q_lens=[40, 7, 130], prefix_lens=[1900, 0, 900], **common).args
         load_module(launch.arch, "prefill", launch.scale_mode, fold).launch(
             a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["cu_seqlens_q"], a["seq_lens"], a["prefix_lens"],
-            a["max_query_len"], a["num_kv_heads"], a["sm_scale"], a["output"], a["k_scale"], a["v_scale"], cfg)
+            a["max_query_len"], a["num_kv_heads"], a["sm_scale"], a["output"], a["k_scale"], a["v_scale"], cfg,
+            launch.use_pdl)
     else:
         a = cases.decode_case(seq_lens=[2000, 130, 1500, 1900], **common).args
         parts = load_module(launch.arch, "decode_split", launch.scale_mode, fold).launch(
@@ -292,7 +293,8 @@ SPECIALIZATION_PROBES = [
         ("decode_merge", "scalar", "fp8", 16, 1, LaunchConfig(num_splits=4, **amd), False),
     )
 ] + [  # the Gluon tile: its own TMA descriptor, scalar mode's zero scale strides, per_token_head's views
-    static.StaticLaunch("sm90", "prefill_ws", mode, "fp8", hq, hkv, ws_config(gqa=hq // hkv, convert_rows=16))
+    static.StaticLaunch("sm90", "prefill_ws", mode, "fp8", hq, hkv, ws_config(gqa=hq // hkv, convert_rows=16),
+                        use_pdl=static.runtime_use_pdl("sm90", "prefill_ws"))
     for mode in ("scalar", "per_token_head") for hq, hkv in ((64, 4), (8, 1))
 ]
 
