@@ -73,41 +73,42 @@ MAX_SAMPLED_BLOCK_T = 8
 # length such that on every case of that scale mode and head layout at R requests with query length
 # <= L (every prefix, both selection patterns) the per-token time is at most 1.05 x min(tiled, auto).
 # gfx942 was never measured (it keeps the device decision).
-# Measured: results/h200/auto-cost/bench.json (2026-12-03, H200, 396 cases, `auto` the device decision
-# with fill_factor everywhere: bench.py --no-host-rule; break_even.txt there); each bucket's comment
-# names the case that stopped it. A bucket of 0 keeps the device decision.
+# Measured: results/h200/ws-ratios-pdl/call2_short_before.json (2026-12-03, H200, 396 cases, the
+# per_token_head tables re-tuned for its column-scaled walk, `auto` the device decision everywhere:
+# bench.py --no-host-rule; break_even.txt there); each bucket's comment names the case that stopped it.
+# A bucket of 0 keeps the device decision.
 PER_TOKEN_UP_TO: dict[str, dict[tuple[str, int, int], tuple[tuple[int, int], ...]]] = {
     "sm90": {
         # scalar, 64/4 heads (tp1):
-        #   1 request: up to 64 (128: tp1 scalar correlated 1x128 prefix1k, per_token 1.48x min(tiled, auto))
+        #   1 request: up to 64 (128: tp1 scalar correlated 1x128 prefix1k, per_token 1.47x min(tiled, auto))
         #   4 requests: up to 16 (32: tp1 scalar correlated 4x32 prefix1k, per_token 1.47x min(tiled, auto))
-        #   16 requests: up to 0 (16: tp1 scalar correlated 16x16 prefix1k, per_token 2.58x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp1 scalar correlated 16x16 prefix1k, per_token 2.61x min(tiled, auto))
         ("scalar", 64, 4): ((1, 64), (4, 16), (16, 0)),
         # scalar, 16/1 heads (tp4):
-        #   1 request: up to 128 (256: tp4 scalar correlated 1x256 prefix1k, per_token 1.30x min(tiled, auto))
-        #   4 requests: up to 32 (64: tp4 scalar correlated 4x64 prefix1k, per_token 1.31x min(tiled, auto))
+        #   1 request: up to 128 (256: tp4 scalar correlated 1x256 prefix1k, per_token 1.31x min(tiled, auto))
+        #   4 requests: up to 32 (64: tp4 scalar correlated 4x64 prefix1k, per_token 1.32x min(tiled, auto))
         #   16 requests: up to 0 (16: tp4 scalar correlated 16x16 prefix1k, per_token 1.32x min(tiled, auto))
         ("scalar", 16, 1): ((1, 128), (4, 32), (16, 0)),
         # scalar, 8/1 heads (tp8):
         #   1 request: up to 128 (256: tp8 scalar correlated 1x256 prefix1k, per_token 1.29x min(tiled, auto))
         #   4 requests: up to 32 (64: tp8 scalar correlated 4x64 prefix1k, per_token 1.29x min(tiled, auto))
-        #   16 requests: up to 0 (16: tp8 scalar correlated 16x16 prefix1k, per_token 1.28x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp8 scalar correlated 16x16 prefix1k, per_token 1.29x min(tiled, auto))
         ("scalar", 8, 1): ((1, 128), (4, 32), (16, 0)),
         # per_token_head, 64/4 heads (tp1):
-        #   1 request: up to 64 (128: tp1 per_token_head correlated 1x128 prefix1k, per_token 1.82x min(tiled, auto))
-        #   4 requests: up to 16 (32: tp1 per_token_head correlated 4x32 prefix1k, per_token 1.84x min(tiled, auto))
-        #   16 requests: up to 0 (16: tp1 per_token_head correlated 16x16 prefix1k, per_token 2.85x min(tiled, auto))
+        #   1 request: up to 64 (128: tp1 per_token_head correlated 1x128 prefix1k, per_token 1.83x min(tiled, auto))
+        #   4 requests: up to 16 (32: tp1 per_token_head correlated 4x32 prefix1k, per_token 1.83x min(tiled, auto))
+        #   16 requests: up to 0 (16: tp1 per_token_head correlated 16x16 prefix1k, per_token 2.91x min(tiled, auto))
         ("per_token_head", 64, 4): ((1, 64), (4, 16), (16, 0)),
         # per_token_head, 16/1 heads (tp4):
-        #   1 request: up to 256 (512: tp4 per_token_head correlated 1x512 prefix8k, per_token 1.95x min(tiled, auto))
-        #   4 requests: up to 64 (128: tp4 per_token_head correlated 4x128 prefix1k, per_token 2.23x min(tiled, auto))
-        #   16 requests: up to 16 (32: tp4 per_token_head correlated 16x32 prefix1k, per_token 2.25x min(tiled, auto))
+        #   1 request: up to 256 (512: tp4 per_token_head correlated 1x512 prefix8k, per_token 1.76x min(tiled, auto))
+        #   4 requests: up to 64 (128: tp4 per_token_head correlated 4x128 prefix1k, per_token 1.98x min(tiled, auto))
+        #   16 requests: up to 16 (32: tp4 per_token_head correlated 16x32 prefix1k, per_token 1.99x min(tiled, auto))
         ("per_token_head", 16, 1): ((1, 256), (4, 64), (16, 16)),
         # per_token_head, 8/1 heads (tp8):
-        #   1 request: up to 128 (256: tp8 per_token_head correlated 1x256 prefix1k, per_token 1.11x min(tiled, auto))
-        #   4 requests: up to 32 (64: tp8 per_token_head correlated 4x64 prefix1k, per_token 1.13x min(tiled, auto))
-        #   16 requests: up to 0 (16: tp8 per_token_head correlated 16x16 prefix1k, per_token 1.13x min(tiled, auto))
-        ("per_token_head", 8, 1): ((1, 128), (4, 32), (16, 0)),
+        #   1 request: up to 256 (512: tp8 per_token_head correlated 1x512 prefix1k, per_token 1.88x min(tiled, auto))
+        #   4 requests: up to 64 (128: tp8 per_token_head correlated 4x128 prefix1k, per_token 2.03x min(tiled, auto))
+        #   16 requests: up to 16 (32: tp8 per_token_head correlated 16x32 prefix1k, per_token 2.05x min(tiled, auto))
+        ("per_token_head", 8, 1): ((1, 256), (4, 64), (16, 16)),
     },
 }
 
