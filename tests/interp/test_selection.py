@@ -122,6 +122,37 @@ def test_default_selection_runs_a_given_config_as_given(monkeypatch):
         assert launched == expected, kw
 
 
+class _Recorded(Exception):
+    """Raised by the bind_recorded stand-in below: the plan's launches, before anything runs."""
+
+
+@pytest.mark.parametrize("kw,kernels", [
+    (dict(config=LaunchConfig(block_t=4), selection="auto"), 3),  # decision, tiles, per-token walk
+    (dict(config=LaunchConfig(block_t=4)), 1),
+    (dict(config=LaunchConfig(), selection="per_token"), 1),
+], ids=["auto", "tiled", "per_token"])
+def test_every_prefill_launch_is_under_pdl_and_waits(monkeypatch, kw, kernels):
+    """On a Hopper GPU every launch of a prefill call goes under programmatic dependent launch, and
+    each such kernel gets USE_PDL (its griddepcontrol.wait before any read: tests/static's
+    test_pdl_launches_wait_before_reading). A launch under PDL whose kernel does not wait would read
+    `auto`'s offsets before the decision wrote them. Off the GPU (the interpreter) none is."""
+    from codegen import api
+
+    def record(recorded, *_, **__):
+        raise _Recorded(recorded)
+
+    monkeypatch.setattr(api, "bind_recorded", record)
+    case = _case("random")
+    for on in (True, False):
+        monkeypatch.setattr(api, "_use_pdl", lambda q, on=on: on)
+        with pytest.raises(_Recorded) as got:
+            cases.run_kernel(case, arch="sm90", **kw)
+        recorded = got.value.args[0]
+        assert len(recorded) == kernels
+        for kernel, _, _, kwargs in recorded:
+            assert kwargs.get("launch_pdl", False) is on and kwargs.get("USE_PDL", False) is on, kernel
+
+
 @pytest.mark.parametrize("pattern,q_lens,prefix_lens,block_t,topk", [
     ("correlated", [40], [9000], 4, 4),
     ("random", [40], [9000], 4, 4),

@@ -465,3 +465,16 @@ def test_a_tables_ws_config_falls_back_on_a_cpu(mode, tmp_path, monkeypatch):
         result = compare(case.output, ref)
         assert result.ok, f"{selection}: {result}"
         case.poison()
+
+
+@pytest.mark.parametrize("use_pdl", [True, False])
+def test_plan_and_tile_launch_under_pdl_together(use_pdl):
+    """Both of the module's launches go under PDL or neither, each with its kernel's USE_PDL (the plan
+    launch's wait orders the call after the launch before it; the tile's, after the plan)."""
+    module = importlib.import_module(WS_MODULES["scalar"])
+    recorded = []
+    module.launch(*_launch_args(_case("scalar", 16, q_lens=[40], prefix_lens=[900])), ws_config(gqa=16),
+                  use_pdl=use_pdl, record=recorded)
+    assert [r[0] for r in recorded] == [module.PLAN_KERNEL, module.KERNEL]
+    for kernel, _, _, kwargs in recorded:
+        assert kwargs["launch_pdl"] is use_pdl and kwargs["USE_PDL"] is use_pdl, kernel

@@ -409,3 +409,28 @@ def test_jit_kernel_figures_agree_with_the_ahead_of_time_report():
         Recorder()[(3, 1, 1)](1, 2, num_warps=4)
     assert [(k.args, k.grid, k.warmup) for k in seen] == [((1, 2), (3, 1, 1), True)]
     assert KernelInterface.__getitem__.__name__ == "__getitem__", "the launch proxy is restored after the block"
+
+
+@pytest.mark.parametrize("kernel,mode,config", [
+    ("prefill", "scalar", LaunchConfig(block_t=1, block_n=128, kv_upcast=3, kv_tma=1)),
+    ("prefill", "per_token_head", LaunchConfig(block_t=4, block_n=64, kv_upcast=3, kv_tma=0)),
+    ("prefill_ws", "per_token_head", ws_config(gqa=16, convert_rows=32)),
+    ("decode_split", "scalar", LaunchConfig(num_splits=2, block_n=64, fused_merge=1)),
+], ids=["prefill_per_token", "prefill_tiles", "prefill_ws", "decode_split"])
+def test_pdl_launches_wait_before_reading(kernel, mode, config):
+    """Every kernel the runtime launches under PDL (codegen.static.runtime_use_pdl) may start before the
+    launch it follows has finished: its griddepcontrol.wait must come before its first global load (an
+    offset or plan word read earlier may be the previous launch's, not yet written). Prefill's kernels
+    never trigger their dependents early: with the trigger, waiting programs sat beside the working ones
+    and slowed `auto` by 12-20 us (results/h200/ws-ratios-pdl)."""
+    assert static.runtime_use_pdl("sm90", kernel)
+    call = "decode" if kernel == "decode_split" else "prefill"  # a warp_specialize config gives prefill_ws
+    launches = [launch for launch in static.launches_for("sm90", call, mode, "fp8", 64, 4, config)
+                if launch.kernel == kernel]
+    ptx = static.compile_asm(launches[0])
+    body = ptx[ptx.index(".entry"):]
+    wait, load = body.find("griddepcontrol.wait"), re.search(r"\bld\.global|\bcp\.async\.bulk", body)
+    assert wait >= 0, "launched under PDL but never waits"
+    assert load is None or wait < load.start(), "reads global memory before griddepcontrol.wait"
+    if kernel != "decode_split":
+        assert "griddepcontrol.launch_dependents" not in body
