@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_per_token_head (arch=gfx942, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 287172bdfd719f93f83c0b067ab07ecf9858f5dfe4067702d7dc8a9a57cc0f7e
+# inputs-sha256: 35673dba00be4bdf5674d1b4187a9c8a7dce1b1a8b2d4b74cf0df262bc76cf86
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -85,6 +85,7 @@ def _msa_decode_split_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    acc_unit = tl.full([], 1.0, tl.float32)  # acc's unit (1 unless fp16 MMAs; see step)
     kv_head_ptr = kv_ptr + g * stride_kv_h
     topk_row_ptr = topk_ptr + g * stride_tk_h + t * stride_tk_t
     n_causal = tl.cdiv(tl.maximum(kv_end, 0), PAGE)
@@ -116,7 +117,8 @@ def _msa_decode_split_kernel(
         scale_slot = page.to(tl.int64) * PAGE + sub + offs_n
         k_sc = tl.load(ks_row_ptr + scale_slot * stride_ks_t, mask=visible, other=0.0)
         s = s * (qk_scale * k_sc)[None, :]
-        s = tl.where(visible[None, :], s, float("-inf"))
+        if sub + BLOCK_N > n_visible:
+            s = tl.where(visible[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -126,27 +128,28 @@ def _msa_decode_split_kernel(
         v = tl.load(
             kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
             + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
-        # Per-token V scale on the probability tile (the softmax sum l_i stays unscaled).
+        # Per-token V scale on the probability tile (l_i stays unscaled). With fp16 MMAs P takes
+        # v_sc over the slice's largest |scale| (|ratio| <= 1: never overflows fp16) and acc stays
+        # in that largest value's units (acc_unit), moved to this slice's by the alpha multiply.
         v_sc = tl.load(vs_row_ptr + scale_slot * stride_vs_t, mask=visible, other=0.0)
         if KV_UPCAST == 2:
-            # fp16 P: scaled by v_sc over its largest value in the slice (<= 1, never overflows);
-            # that largest value multiplies the fp32 product instead.
-            v_sc_top = tl.max(v_sc, axis=0)
-            v_sc_top = tl.where(v_sc_top > 0.0, v_sc_top, 1.0)
-            p = p * (v_sc / v_sc_top)[None, :]
+            v_top = tl.max(tl.abs(v_sc), axis=0)
+            v_top = tl.where(v_top > 0.0, v_top, 1.0)
+            p = p * (v_sc * (1.0 / v_top))[None, :]
         else:
             p = p * v_sc[None, :]
         if KV_UPCAST == 1:
             v = v.to(tl.float32)
         v = v.to(q.dtype)
-        pv = tl.dot(p.to(q.dtype), v)
         if KV_UPCAST == 2:
-            pv = pv * v_sc_top
-        acc = acc * alpha[:, None] + pv
+            acc = acc * (alpha * (acc_unit / v_top))[:, None] + tl.dot(p.to(q.dtype), v)
+            acc_unit = v_top
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
         m_i = m_new
     if NUM_SPLITS == 1:
         l_safe = tl.where(l_i > 0.0, l_i, 1.0)
-        o = acc / l_safe[:, None]
+        o = acc * (acc_unit / l_safe)[:, None]
         tl.store(
             out_ptr + row_tok[:, None] * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
             o.to(out_ptr.dtype.element_ty),
@@ -154,7 +157,7 @@ def _msa_decode_split_kernel(
         )
     else:
         l_safe = tl.where(l_i > 0.0, l_i, 1.0)
-        o = acc / l_safe[:, None]
+        o = acc * (acc_unit / l_safe)[:, None]
         # Partials are [total_q, Hq, NUM_SPLITS, HEAD_DIM] of partial_dtype (fp16 or fp32: the
         # buffer's own type) and lse [total_q, Hq, NUM_SPLITS] fp32.
         row = (t * (tl.num_programs(1) * GQA) + heads) * NUM_SPLITS + split
@@ -308,4 +311,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '287172bdfd719f93f83c0b067ab07ecf9858f5dfe4067702d7dc8a9a57cc0f7e'
+INPUTS_SHA256 = '35673dba00be4bdf5674d1b4187a9c8a7dce1b1a8b2d4b74cf0df262bc76cf86'

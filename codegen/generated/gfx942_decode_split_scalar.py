@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 8b7ecec70691fb9a65a9e50097e36b21dac0994d2443d6950f19d71c3caf4791
+# inputs-sha256: 5e28b0a5dcd2dea6cb770d80a8a48ac2fd1d684f4a01fc96bc5e3014d121f09d
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -80,6 +80,11 @@ def _msa_decode_split_kernel(
         q_div = tl.maximum(q_amax / 32768.0, 1.0)
         q = (q.to(tl.float32) / q_div).to(tl.float16)
         qk_scale = qk_scale * q_div
+    if qk_scale < 0.0:
+        # The loop takes row maxima of unscaled scores, which needs a scale >= 0: a negative
+        # k_scale flips the query instead (same products, exactly).
+        q = -q
+        qk_scale = -qk_scale
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -110,13 +115,13 @@ def _msa_decode_split_kernel(
         if KV_UPCAST == 1:
             k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
         s = tl.dot(q, tl.trans(k.to(q.dtype)))
-        s = s * qk_scale
-        s = tl.where(visible[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        if sub + BLOCK_N > n_visible:
+            s = tl.where(visible[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
         # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_shift)
-        p = tl.exp2(s - m_shift[:, None])
+        p = tl.exp2(s * qk_scale - m_shift[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(
             kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
@@ -296,4 +301,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '8b7ecec70691fb9a65a9e50097e36b21dac0994d2443d6950f19d71c3caf4791'
+INPUTS_SHA256 = '5e28b0a5dcd2dea6cb770d80a8a48ac2fd1d684f4a01fc96bc5e3014d121f09d'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 1d753a18c0c8e90d3e48e3dfda2338c19536d24ba10c6e7d8bd3ca6d7b331bfc
+# inputs-sha256: 8712a74026a7648f6c5702ab5b3f239afcbc225f16b7355fa9459259578f9a54
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -113,13 +113,13 @@ def _msa_decode_split_kernel(
         if KV_UPCAST == 1:
             k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
         s = tl.dot(q, tl.trans(k.to(q.dtype)))
-        s = s * qk_scale
-        s = tl.where(visible[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        if sub + BLOCK_N > n_visible:
+            s = tl.where(visible[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
         # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_shift)
-        p = tl.exp2(s - m_shift[:, None])
+        p = tl.exp2(s * qk_scale - m_shift[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(
             kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
@@ -294,4 +294,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '1d753a18c0c8e90d3e48e3dfda2338c19536d24ba10c6e7d8bd3ca6d7b331bfc'
+INPUTS_SHA256 = '8712a74026a7648f6c5702ab5b3f239afcbc225f16b7355fa9459259578f9a54'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 7f00128d1a87868863748393be509144a576dc6e4c17ed9e433ae3d3056171eb
+# inputs-sha256: 5676356e7c5350154a398f7b87e35a7febfe8a7fb971a81180fcd7b7f7ac597f
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -79,7 +79,7 @@ def _msa_prefill_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    acc_unit = tl.full([], 1.0, tl.float32)  # acc's unit (step's lean form; 1 unless fp16 MMAs)
+    acc_unit = tl.full([], 1.0, tl.float32)  # acc's unit (1 unless fp16 MMAs; see step)
     kv_head_ptr = kv_ptr + g * stride_kv_h
     if BLOCK_T == 1:
         t = (q_start + i0).to(tl.int64)
@@ -363,4 +363,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '7f00128d1a87868863748393be509144a576dc6e4c17ed9e433ae3d3056171eb'
+INPUTS_SHA256 = '5676356e7c5350154a398f7b87e35a7febfe8a7fb971a81180fcd7b7f7ac597f'

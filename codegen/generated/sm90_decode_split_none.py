@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: 51753c4bc716c1200f9e138998653de8c3375d93916141159590060be887cb44
+# inputs-sha256: fe45a1938aa82951cdd5bd394c99193862df0150b45d8428ce9757c6858ffba0
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -117,13 +117,13 @@ def _msa_decode_split_kernel(
         if KV_UPCAST == 1:
             k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
         s = tl.dot(q, tl.trans(k.to(q.dtype)))
-        s = s * qk_scale
-        s = tl.where(visible[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        if sub + BLOCK_N > n_visible:
+            s = tl.where(visible[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
         # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_shift)
-        p = tl.exp2(s - m_shift[:, None])
+        p = tl.exp2(s * qk_scale - m_shift[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         if KV_TMA:
             v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
@@ -134,12 +134,18 @@ def _msa_decode_split_kernel(
         if KV_UPCAST == 1:
             v = v.to(tl.float32)
         if V_CVT_ASM:
-            v = _e4m3_to_fp16(v)  # converted where it was loaded, so the transpose moves fp16
+            # Converted where it was loaded, so the transpose moves fp16; the slots no row sees are
+            # zeroed by the same asm (one AND a 4 keys' word), for a TMA box's sake (below).
+            if KV_TMA:
+                v = _e4m3_to_fp16_keep(v, visible)
+            else:
+                v = _e4m3_to_fp16(v)  # plain loads zeroed them already
         v = v.to(q.dtype)
-        if KV_TMA:
+        if KV_TMA and not V_CVT_ASM:
             # A TMA box also reads slots no row sees, which may hold anything, NaN included:
             # p = 0 there, but 0 * NaN would reach the accumulator.
-            v = tl.where(visible[:, None], v, 0.0)
+            if sub + BLOCK_N > n_visible:
+                v = tl.where(visible[:, None], v, 0.0)
         pv = tl.dot(p.to(q.dtype), v)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
@@ -216,6 +222,38 @@ def _e4m3_to_fp16(x):
     return tl.inline_asm_elementwise(
         asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
         constraints="=r,=r,r", args=[x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=False, pack=4)
+
+
+@triton.jit
+def _e4m3_to_fp16_keep(x, keep):
+    """_e4m3_to_fp16 of a [keys, dims] tile, with the keys where `keep` [keys] is false set to 0: the
+    fp8 word is ANDed with the key's mask first, one instruction for four values instead of a select
+    per value. The four values of a word are neighbours along dims in the load layout (Triton keeps
+    the contiguous axis in a thread; tests/gpu's NaN-past-the-end test fails if that ever changes)."""
+    if _INTERPRETED:
+        return tl.where(keep[:, None], x.to(tl.float16), 0.0)
+    mask = tl.broadcast_to(tl.where(keep, -1, 0)[:, None], x.shape)
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b32 w; .reg .b16 lo, hi; and.b32 w, $2, $3; mov.b32 {lo, hi}, w; "
+            "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        constraints="=r,=r,r,r,r,r,r", args=[x.to(tl.uint8, bitcast=True), mask], dtype=tl.float16, is_pure=False,
+        pack=4)
+
+
+@triton.jit
+def _e4m3_to_fp16_scaled(x, keep, scale):
+    """_e4m3_to_fp16_keep with each key's values also multiplied by its fp16 `scale` [keys], as
+    f16x2 pairs (one rounding: the conversion itself is exact)."""
+    if _INTERPRETED:
+        return tl.where(keep[:, None], x.to(tl.float16) * scale[:, None], 0.0)
+    mask = tl.broadcast_to(tl.where(keep, -1, 0)[:, None], x.shape)
+    bits = scale.to(tl.uint16, bitcast=True).to(tl.uint32)
+    pair = tl.broadcast_to((bits | (bits << 16)).to(tl.int32, bitcast=True)[:, None], x.shape)
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b32 w; .reg .b16 lo, hi; and.b32 w, $2, $3; mov.b32 {lo, hi}, w; "
+            "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; mul.rn.f16x2 $0, $0, $7; mul.rn.f16x2 $1, $1, $7; }",
+        constraints="=r,=r,r,r,r,r,r,r,r,r,r", args=[x.to(tl.uint8, bitcast=True), mask, pair], dtype=tl.float16,
+        is_pure=False, pack=4)
 
 
 
@@ -324,4 +362,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '51753c4bc716c1200f9e138998653de8c3375d93916141159590060be887cb44'
+INPUTS_SHA256 = 'fe45a1938aa82951cdd5bd394c99193862df0150b45d8428ce9757c6858ffba0'

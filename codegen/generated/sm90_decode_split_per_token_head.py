@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: d6923cf43b1637ee3608483410f26396b4bbe8abc67ada2cef620514d1781d52
+# inputs-sha256: 4678bd2e62c05626d1cfd5ed939ec52571b7330d34ba0863e3bf423844e33100
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -91,6 +91,7 @@ def _msa_decode_split_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    acc_unit = tl.full([], 1.0, tl.float32)  # acc's unit (1 unless fp16 MMAs; see step)
     kv_head_ptr = kv_ptr + g * stride_kv_h
     topk_row_ptr = topk_ptr + g * stride_tk_h + t * stride_tk_t
     n_causal = tl.cdiv(tl.maximum(kv_end, 0), PAGE)
@@ -125,7 +126,8 @@ def _msa_decode_split_kernel(
         scale_slot = page.to(tl.int64) * PAGE + sub + offs_n
         k_sc = tl.load(ks_row_ptr + scale_slot * stride_ks_t, mask=visible, other=0.0)
         s = s * (qk_scale * k_sc)[None, :]
-        s = tl.where(visible[None, :], s, float("-inf"))
+        if sub + BLOCK_N > n_visible:
+            s = tl.where(visible[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -138,33 +140,40 @@ def _msa_decode_split_kernel(
             v = tl.load(
                 kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
                 + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
-        # Per-token V scale on the probability tile (the softmax sum l_i stays unscaled).
+        # Per-token V scale on the probability tile (l_i stays unscaled). With fp16 MMAs P takes
+        # v_sc over the slice's largest |scale| (|ratio| <= 1: never overflows fp16) and acc stays
+        # in that largest value's units (acc_unit), moved to this slice's by the alpha multiply.
         v_sc = tl.load(vs_row_ptr + scale_slot * stride_vs_t, mask=visible, other=0.0)
         if KV_UPCAST == 2:
-            # fp16 P: scaled by v_sc over its largest value in the slice (<= 1, never overflows);
-            # that largest value multiplies the fp32 product instead.
-            v_sc_top = tl.max(v_sc, axis=0)
-            v_sc_top = tl.where(v_sc_top > 0.0, v_sc_top, 1.0)
-            p = p * (v_sc / v_sc_top)[None, :]
+            v_top = tl.max(tl.abs(v_sc), axis=0)
+            v_top = tl.where(v_top > 0.0, v_top, 1.0)
+            p = p * (v_sc * (1.0 / v_top))[None, :]
         else:
             p = p * v_sc[None, :]
         if KV_UPCAST == 1:
             v = v.to(tl.float32)
         if V_CVT_ASM:
-            v = _e4m3_to_fp16(v)  # converted where it was loaded, so the transpose moves fp16
+            # Converted where it was loaded, so the transpose moves fp16; the slots no row sees are
+            # zeroed by the same asm (one AND a 4 keys' word), for a TMA box's sake (below).
+            if KV_TMA:
+                v = _e4m3_to_fp16_keep(v, visible)
+            else:
+                v = _e4m3_to_fp16(v)  # plain loads zeroed them already
         v = v.to(q.dtype)
-        if KV_TMA:
+        if KV_TMA and not V_CVT_ASM:
             # A TMA box also reads slots no row sees, which may hold anything, NaN included:
             # p = 0 there, but 0 * NaN would reach the accumulator.
-            v = tl.where(visible[:, None], v, 0.0)
-        pv = tl.dot(p.to(q.dtype), v)
+            if sub + BLOCK_N > n_visible:
+                v = tl.where(visible[:, None], v, 0.0)
         if KV_UPCAST == 2:
-            pv = pv * v_sc_top
-        acc = acc * alpha[:, None] + pv
+            acc = acc * (alpha * (acc_unit / v_top))[:, None] + tl.dot(p.to(q.dtype), v)
+            acc_unit = v_top
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
         m_i = m_new
     if NUM_SPLITS == 1:
         l_safe = tl.where(l_i > 0.0, l_i, 1.0)
-        o = acc / l_safe[:, None]
+        o = acc * (acc_unit / l_safe)[:, None]
         tl.store(
             out_ptr + row_tok[:, None] * stride_o_t + heads[:, None] * stride_o_h + offs_d[None, :] * stride_o_d,
             o.to(out_ptr.dtype.element_ty),
@@ -172,7 +181,7 @@ def _msa_decode_split_kernel(
         )
     else:
         l_safe = tl.where(l_i > 0.0, l_i, 1.0)
-        o = acc / l_safe[:, None]
+        o = acc * (acc_unit / l_safe)[:, None]
         # Partials are [total_q, Hq, NUM_SPLITS, HEAD_DIM] of partial_dtype (fp16 or fp32: the
         # buffer's own type) and lse [total_q, Hq, NUM_SPLITS] fp32.
         row = (t * (tl.num_programs(1) * GQA) + heads) * NUM_SPLITS + split
@@ -235,6 +244,38 @@ def _e4m3_to_fp16(x):
     return tl.inline_asm_elementwise(
         asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
         constraints="=r,=r,r", args=[x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=False, pack=4)
+
+
+@triton.jit
+def _e4m3_to_fp16_keep(x, keep):
+    """_e4m3_to_fp16 of a [keys, dims] tile, with the keys where `keep` [keys] is false set to 0: the
+    fp8 word is ANDed with the key's mask first, one instruction for four values instead of a select
+    per value. The four values of a word are neighbours along dims in the load layout (Triton keeps
+    the contiguous axis in a thread; tests/gpu's NaN-past-the-end test fails if that ever changes)."""
+    if _INTERPRETED:
+        return tl.where(keep[:, None], x.to(tl.float16), 0.0)
+    mask = tl.broadcast_to(tl.where(keep, -1, 0)[:, None], x.shape)
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b32 w; .reg .b16 lo, hi; and.b32 w, $2, $3; mov.b32 {lo, hi}, w; "
+            "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        constraints="=r,=r,r,r,r,r,r", args=[x.to(tl.uint8, bitcast=True), mask], dtype=tl.float16, is_pure=False,
+        pack=4)
+
+
+@triton.jit
+def _e4m3_to_fp16_scaled(x, keep, scale):
+    """_e4m3_to_fp16_keep with each key's values also multiplied by its fp16 `scale` [keys], as
+    f16x2 pairs (one rounding: the conversion itself is exact)."""
+    if _INTERPRETED:
+        return tl.where(keep[:, None], x.to(tl.float16) * scale[:, None], 0.0)
+    mask = tl.broadcast_to(tl.where(keep, -1, 0)[:, None], x.shape)
+    bits = scale.to(tl.uint16, bitcast=True).to(tl.uint32)
+    pair = tl.broadcast_to((bits | (bits << 16)).to(tl.int32, bitcast=True)[:, None], x.shape)
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b32 w; .reg .b16 lo, hi; and.b32 w, $2, $3; mov.b32 {lo, hi}, w; "
+            "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; mul.rn.f16x2 $0, $0, $7; mul.rn.f16x2 $1, $1, $7; }",
+        constraints="=r,=r,r,r,r,r,r,r,r,r,r", args=[x.to(tl.uint8, bitcast=True), mask, pair], dtype=tl.float16,
+        is_pure=False, pack=4)
 
 
 
@@ -345,4 +386,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'd6923cf43b1637ee3608483410f26396b4bbe8abc67ada2cef620514d1781d52'
+INPUTS_SHA256 = '4678bd2e62c05626d1cfd5ed939ec52571b7330d34ba0863e3bf423844e33100'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: c508f8ed8f308e73d511b7b8af4f0bbd6b413f58ac93f3b51deb8c89805dcda7
+# inputs-sha256: 15ffe8927ad34e010ec7e1cdcda6355f48fe13e8894ff20d65af10c7abd3b2f5
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -85,7 +85,7 @@ def _msa_prefill_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    acc_unit = tl.full([], 1.0, tl.float32)  # acc's unit (step's lean form; 1 unless fp16 MMAs)
+    acc_unit = tl.full([], 1.0, tl.float32)  # acc's unit (1 unless fp16 MMAs; see step)
     kv_head_ptr = kv_ptr + g * stride_kv_h
     if BLOCK_T == 1:
         t = (q_start + i0).to(tl.int64)
@@ -450,4 +450,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'c508f8ed8f308e73d511b7b8af4f0bbd6b413f58ac93f3b51deb8c89805dcda7'
+INPUTS_SHA256 = '15ffe8927ad34e010ec7e1cdcda6355f48fe13e8894ff20d65af10c7abd3b2f5'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: ec74a2d6e57af9b3a5d61f76528926b3f68450b0f615a2e2a7b5deb52b453b66
+# inputs-sha256: d3f6374335df8c40af93ca8eb552df84c3d2dd14d1e03d8a4f3e29085ee16ad2
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -411,4 +411,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'ec74a2d6e57af9b3a5d61f76528926b3f68450b0f615a2e2a7b5deb52b453b66'
+INPUTS_SHA256 = 'd3f6374335df8c40af93ca8eb552df84c3d2dd14d1e03d8a4f3e29085ee16ad2'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: 4ff000cfd084acc1a9a19e5efe68cd9e8a40ff4b63c917170595b461cddce06e
+# inputs-sha256: 676e388a42a2d7c7a0f06dbb03240f3367835e25283cd6188ea3991502bbd133
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -653,4 +653,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '4ff000cfd084acc1a9a19e5efe68cd9e8a40ff4b63c917170595b461cddce06e'
+INPUTS_SHA256 = '676e388a42a2d7c7a0f06dbb03240f3367835e25283cd6188ea3991502bbd133'

@@ -131,6 +131,17 @@ def test_prefill_negative_k_scale(arch, block_t):
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_decode_negative_k_scale(arch, num_splits):
+    """Decode takes the same lean step as prefill's per-token walk (unscaled row maxima): a negative
+    scalar k_scale must flip the query there too, split partials and their LSE included."""
+    case = cases.decode_case(arch=arch, kv_dtype="fp8", scale_mode="scalar", seed=72, **DECODE_SHAPES["uniform_q1"],
+                             **SMALL)
+    case.args["k_scale"].neg_()
+    _check(case, arch, _config(arch, block_n=32, num_splits=num_splits))
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
 @pytest.mark.parametrize("kernel", ["prefill", "decode"])
 def test_unfolded_baseline(arch, kernel):
     """The seed's unfolded scalar rendering (the benchmark's baseline) computes the same function."""
