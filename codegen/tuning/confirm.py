@@ -74,8 +74,11 @@ def finish(bucket, study, study_name, settings, worker, log, state=None) -> Buck
     default = default_for(bucket)
     common = dict(bucket=bucket, trials=len(done), failures=len(failed), failure_kinds=kinds, study_name=study_name)
     if not completed:
-        return BucketResult(config=default, is_default=True, default_us=None, tuned_us=None,
-                            note="no config passed; the default stays", **common)
+        note = "no config passed; the default stays"
+        if failed and set(kinds) == {"out_of_memory"}:  # says nothing about the configs: say so
+            note = ("every trial ran out of GPU memory, so no config was measured; the default stays "
+                    "(re-tune the bucket with fewer --precompile-workers)")
+        return BucketResult(config=default, is_default=True, default_us=None, tuned_us=None, note=note, **common)
     best = pick(bucket, completed, settings.tie_tolerance)
     candidate = LaunchConfig.from_dict(best.user_attrs["config"])
     if config_key(candidate) == config_key(default):

@@ -44,6 +44,12 @@ def oom_once(request: dict) -> dict:
         trial.bucket_inputs = original
 
 
+def oom_always(request: dict) -> dict:
+    """Every attempt of every config runs out of GPU memory (as when preparers held it all: H200,
+    decode 64x4@512, 2026-12-03)."""
+    return {"ok": False, "kind": "out_of_memory", "message": "CUDA out of memory (injected)"}
+
+
 def _garbage(request: dict) -> dict:
     """The real trial, but the kernel's output is overwritten with plausible nonsense."""
     original = trial.run_kernel
