@@ -8,7 +8,7 @@
 #   bash scripts/h200.sh candidates LIST        # re-tune over codegen/tuning/candidates/h200_LIST.json
 #                                               #   (decode, prefill_tiles, prefill_per_token, prefill_incumbents,
 #                                               #   prefill_incumbents_per_token, prefill_ws, prefill_ws_per_token);
-#                                               #   TRIALS, TUNE_S
+#                                               #   TRIALS, TUNE_S (decode: its 512 bucket in a second run, 3 preparers)
 #   bash scripts/h200.sh grid decode|prefill    # the bench grid of this tree, then of .before (FILTER:
 #                                               #   label substrings separated by ';')
 #   bash scripts/h200.sh probe                  # benchmarks/probes/probe.py: .before's prefill against this tree's
@@ -71,9 +71,16 @@ case $STAGE in
               "prefill_incumbents_per_token, prefill_ws or prefill_ws_per_token, got $LIST" >&2; exit 2 ;;
     esac
     optuna_wheels
-    tune "$PWD/tune_studies/sm90__NVIDIA_H200.db" "tune_$LIST" "${ARGS[@]}" \
-      --candidates "@codegen/tuning/candidates/h200_$LIST.json" --trials "${TRIALS:-19}" --precompile-workers 12 \
-      ${TUNE_ARGS:-}
+    CAND=(--candidates "@codegen/tuning/candidates/h200_$LIST.json" --trials "${TRIALS:-19}")
+    if [ "$LIST" = decode ]; then
+      # The 512-request buckets with 3 preparers: with 12, each preparer kept ~14 GiB of GPU memory and
+      # every trial of decode 64x4@512 ran out of it (results/h200/decode-lean, 2026-12-03); with 3, none did.
+      tune "$PWD/tune_studies/sm90__NVIDIA_H200.db" "tune_$LIST" "${ARGS[@]}" "${CAND[@]}" --precompile-workers 12 \
+        --decode-buckets 1,2,4,8,16,32,64,128,256 ${TUNE_ARGS:-}
+      ARGS+=(--decode-buckets 512) && LIST=decode512
+    fi
+    tune "$PWD/tune_studies/sm90__NVIDIA_H200.db" "tune_$LIST" "${ARGS[@]}" "${CAND[@]}" \
+      --precompile-workers "$([ "$LIST" = decode512 ] && echo 3 || echo 12)" ${TUNE_ARGS:-}
     cp tuned_configs/sm90__NVIDIA_H200.json "$OUT/" ;;
   grid)
     KERNEL=${2:?grid: decode or prefill}

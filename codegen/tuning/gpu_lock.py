@@ -1,6 +1,5 @@
 """One tuning run's GPU, taken in turn: the trial worker holds it for a whole trial (inputs, check,
-timing) and the preparers while they build a bucket's inputs (and, for inputs too large to keep, until
-they give them back after the candidate's compile: trial.prepare). Their compiles need no GPU
+timing) and the preparers only while they build a bucket's inputs. Their compiles need no GPU
 (codegen.static.jit.compiled_not_launched), so they go on while a trial times, and nothing of theirs
 runs on the GPU inside a trial's measurement. A file lock (flock) on a path the run hands to every
 process: the processes are spawned, so it needs no shared handle."""

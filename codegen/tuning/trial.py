@@ -8,7 +8,6 @@ meaningless as a speed, kept only so the pipeline runs end to end.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 
@@ -205,15 +204,12 @@ def prepare(request: dict, phases: _Phases | None = None) -> list[str]:
     from ..static.jit import compiled_not_launched, launch_problems
 
     kernels = []
-    gpu = contextlib.ExitStack()  # the run's GPU lock while this process holds inputs it must give back
     try:
         if bucket not in _first_sets:
-            gpu.enter_context(held(request.get("gpu_lock")))  # building inputs runs kernels: not during a trial
-            _first_sets.clear()
-            _first_sets[bucket] = bucket.build_case(seed=0, device="cuda", q_dtype=torch.bfloat16)
-            torch.cuda.synchronize()
-            if not _too_large_to_keep():
-                gpu.close()
+            with held(request.get("gpu_lock")):  # building inputs runs kernels: not during a trial
+                _first_sets.clear()
+                _first_sets[bucket] = bucket.build_case(seed=0, device="cuda", q_dtype=torch.bfloat16)
+                torch.cuda.synchronize()
         phases.lap("inputs")
         with compiled_not_launched() as kernels:  # compiled and loaded, not run
             run_kernel(_first_sets[bucket], config=config)
@@ -221,15 +217,12 @@ def prepare(request: dict, phases: _Phases | None = None) -> list[str]:
         pass
     finally:
         phases.lap("compile")
-        # Inputs up to a 48th of the GPU's memory stay for the next candidate (12 preparers: a
-        # quarter). Larger ones are given back after the compile, and the GPU lock is held from
-        # their build until then, so no trial and no other preparer's inputs share the GPU with them:
-        # a dozen preparers each holding a decode 64x4@512 bucket's inputs (14 GiB) while they
-        # compiled left the trial worker none (H200, 2026-12-03: every trial of the bucket OOM).
-        if _too_large_to_keep():
+        # A dozen preparers each holding a large bucket's inputs left the trial worker without
+        # memory (H200, decode 64x4@256: 13 trials failed with CUDA OOM). Keep inputs up to a 48th
+        # of the GPU's memory (12 preparers: a quarter) for the next candidate; give larger ones back.
+        if torch.cuda.memory_allocated() > _keep_bytes():
             _first_sets.clear()
             torch.cuda.empty_cache()
-        gpu.close()
     if not request.get("static") or not jit_figures:  # off its arch: checked ahead of time above
         return []
     try:
@@ -272,7 +265,3 @@ def _on_arch(arch: str) -> bool:
 
 def _keep_bytes() -> int:
     return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory // 48
-
-
-def _too_large_to_keep() -> bool:
-    return torch.cuda.memory_allocated() > _keep_bytes()
