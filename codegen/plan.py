@@ -157,6 +157,13 @@ class PlanCache:
 PLANS = PlanCache()
 
 
+def forget_plans() -> None:
+    """Drops every kept plan and the last step's tensors: their buffers may sit inside allocator
+    segments of freed inputs and keep those reserved (the tuner's preparers, giving back large inputs)."""
+    PLANS.clear()
+    _step_memo.clear()
+
+
 def views(tensors: tuple) -> tuple:
     """A fresh view of each tensor (same memory, shape and strides), None kept: recorded launch
     arguments are matched to the call's tensors by identity, which must be unique even when a

@@ -16,6 +16,7 @@ import torch
 from ..accuracy import compare, gate_dtype
 from ..cases import run_kernel
 from ..configs import LaunchConfig
+from ..plan import forget_plans
 from ..reference import reference_batched
 from .buckets import Bucket
 from .gpu_lock import held
@@ -219,9 +220,13 @@ def prepare(request: dict, phases: _Phases | None = None) -> list[str]:
         phases.lap("compile")
         # A dozen preparers each holding a large bucket's inputs left the trial worker without
         # memory (H200, decode 64x4@256: 13 trials failed with CUDA OOM). Keep inputs up to a 48th
-        # of the GPU's memory (12 preparers: a quarter) for the next candidate; give larger ones back.
+        # of the GPU's memory (12 preparers: a quarter) for the next candidate; give larger ones back,
+        # with the plans the compile made: a plan's buffers carved from the inputs' allocator segment
+        # would keep all of it reserved (the suspect for decode 64x4@512's 14 GiB a preparer after
+        # giving back, 2026-12-03; not yet confirmed on a GPU).
         if torch.cuda.memory_allocated() > _keep_bytes():
             _first_sets.clear()
+            forget_plans()
             torch.cuda.empty_cache()
     if not request.get("static") or not jit_figures:  # off its arch: checked ahead of time above
         return []
