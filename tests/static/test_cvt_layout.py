@@ -120,3 +120,32 @@ def test_unaligned_rows_pack_four_keys_into_a_word(monkeypatch):
     monkeypatch.setattr(module, "constexprs", lambda **kw: constexprs(**{**kw, "kv_rows_aligned": True}))
     runs = per_key_runs(static.compile_asm(launch, "ttgir"))
     assert runs and all(run == 1 for run in runs), runs
+
+
+def _kv_upcast_3_decodes():
+    """Every shipped sm90 decode split with kv_upcast 3, one per scale mode, block_n and warps (the
+    layout's inputs), as TMA reads: decode's lean step zeroes V's unseen keys in the conversion only
+    there (`keep_tma_only`), plain loads by their load mask."""
+    chosen = {}
+    for launch in shipped_launches():
+        c = launch.config
+        if launch.arch == "sm90" and launch.kernel == "decode_split" and c.kv_upcast == 3:
+            chosen.setdefault((launch.scale_mode, c.block_n, c.num_warps),
+                              dataclasses.replace(launch, config=dataclasses.replace(c, kv_tma=1)))
+    return list(chosen.values())
+
+
+_DECODES = _kv_upcast_3_decodes()
+
+
+def test_the_shipped_tables_have_kv_upcast_3_decodes():
+    assert len(_DECODES) >= 4, "the gate below would check nothing"
+
+
+@pytest.mark.parametrize("launch", _DECODES, ids=_id)
+def test_decode_per_key_conversions_see_one_key_per_word(launch):
+    runs = per_key_runs(static.compile_asm(launch, "ttgir"))
+    assert runs, "no per-key V conversion in a kv_upcast 3 decode reading by TMA"
+    assert all(run % 4 == 0 for run in runs), (
+        f"a thread's packed fp8 word spans keys (runs along head_dim {runs}): the mask of one key "
+        "would zero or keep other keys' values")
