@@ -69,4 +69,7 @@ def results_table(results, elapsed_s: float) -> str:
         lines.append(f"{r.bucket.label:40s} {fmt(r.default_us):>11s} {fmt(r.tuned_us):>10s} {speed:>8s} "
                      f"{r.trials:6d} {r.failures:6d} {seconds:>7s}  {conf}")
     lines.append(f"{len(results)} buckets in {elapsed_s:.0f} s")
+    # Buckets that kept the default without a measurement (none passed, every trial ran out of
+    # memory, the confirmation failed): each with its reason, so a run's last lines show them.
+    lines += [f"unmeasured {r.bucket.label}: {r.note}" for r in results if r.tuned_us is None]
     return "\n".join(lines)

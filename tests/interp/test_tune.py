@@ -100,12 +100,14 @@ def test_out_of_memory_is_retried_not_recorded_as_the_configs_failure(tmp_path, 
     assert entry["trials"] == 2 and entry["failures"] == 0, entry  # the default and the retried candidate
 
 
-def test_a_bucket_whose_every_trial_ran_out_of_memory_says_so(tmp_path):
+def test_a_bucket_whose_every_trial_ran_out_of_memory_says_so(tmp_path, capsys):
     path = _run(tmp_path, "--kernels", "decode", "--decode-buckets", "2", "--trials", "3",
                 "--runner", "tune_faults:oom_always", "--candidates", json.dumps(FAULTS[4:6]))
     entry = tuned_store.read_document(path)["tables"]["decode/scalar/fp8/8x1"]["buckets"]["2"]
     assert entry["is_default"] and entry["failure_kinds"] == {"out_of_memory": entry["failures"]}, entry
     assert entry["note"].startswith("every trial ran out of GPU memory"), entry
+    out = capsys.readouterr()
+    assert f"unmeasured decode/scalar/fp8/8x1@2: {entry['note']}" in out.out + out.err  # the run's last lines
 
 
 CANDIDATES = [dict(block_n=b, num_warps=w, num_stages=1, num_splits=2) for b in (32, 64) for w in (2, 4, 8)]
