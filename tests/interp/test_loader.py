@@ -163,10 +163,11 @@ def test_no_checked_in_measured_bucket_kept_the_default_unmeasured():
         for key, table in tuned_store.read_document(path)["tables"].items():
             if not table["provenance"]["measured"]:
                 continue
-            for tokens, entry in table["buckets"].items():
-                for part in (entry, entry.get(tuned_store.PER_TOKEN)):
-                    if part and "config" in part and part.get("is_default") and part.get("tuned_us") is None:
-                        raise AssertionError(f"{path.name} {key}@{tokens}: {part.get('note') or 'unmeasured'}")
+            for launch_path in ("tiled", tuned_store.PER_TOKEN):
+                for tokens, entry in tuned_store.path_entries(table, launch_path).items():
+                    if entry.get("is_default") and entry.get("tuned_us") is None:
+                        raise AssertionError(f"{path.name} {key}@{tokens} {launch_path}: "
+                                             f"{entry.get('note') or 'unmeasured'}")
 
 
 def test_per_token_lookup_takes_the_buckets_per_token_twin(config_dir):
