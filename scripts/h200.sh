@@ -72,15 +72,17 @@ case $STAGE in
     esac
     optuna_wheels
     CAND=(--candidates "@codegen/tuning/candidates/h200_$LIST.json" --trials "${TRIALS:-19}")
+    PREPARERS=12
     if [ "$LIST" = decode ]; then
       # The 512-request buckets with 3 preparers: with 12, each preparer kept ~14 GiB of GPU memory and
       # every trial of decode 64x4@512 ran out of it (results/h200/decode-lean, 2026-12-03); with 3, none did.
-      tune "$PWD/tune_studies/sm90__NVIDIA_H200.db" "tune_$LIST" "${ARGS[@]}" "${CAND[@]}" --precompile-workers 12 \
-        --decode-buckets 1,2,4,8,16,32,64,128,256 ${TUNE_ARGS:-}
-      ARGS+=(--decode-buckets 512) && LIST=decode512
+      SMALLER=$(python3 -c "from codegen.shapes import DECODE_BUCKETS as B; print(','.join(str(b) for b in B if b != 512))")
+      tune "$PWD/tune_studies/sm90__NVIDIA_H200.db" "tune_$LIST" "${ARGS[@]}" "${CAND[@]}" \
+        --precompile-workers "$PREPARERS" --decode-buckets "$SMALLER" ${TUNE_ARGS:-}
+      ARGS+=(--decode-buckets 512) && LIST=decode512 && PREPARERS=3
     fi
     tune "$PWD/tune_studies/sm90__NVIDIA_H200.db" "tune_$LIST" "${ARGS[@]}" "${CAND[@]}" \
-      --precompile-workers "$([ "$LIST" = decode512 ] && echo 3 || echo 12)" ${TUNE_ARGS:-}
+      --precompile-workers "$PREPARERS" ${TUNE_ARGS:-}
     cp tuned_configs/sm90__NVIDIA_H200.json "$OUT/" ;;
   grid)
     KERNEL=${2:?grid: decode or prefill}
