@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar_unfolded (arch=sm90, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 3b7a3fed3fd39b53e2dbf6a35c76dc276cc087910198948c6dc14322c2559b5c
+# inputs-sha256: 4d805f592a78be5e4d9edc201ec4d368d3a3b128e499ca6a5848e26a8f0fadf7
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -39,7 +39,7 @@ def _msa_decode_split_kernel(
     GQA: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, TOPK_P2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_CHUNK: tl.constexpr,
     FUSED_MERGE: tl.constexpr, KV_UPCAST: tl.constexpr, VARLEN: tl.constexpr, USE_PDL: tl.constexpr,
-    KV_TMA: tl.constexpr, V_CVT_ASM: tl.constexpr,
+    KV_TMA: tl.constexpr, V_CVT_ASM: tl.constexpr, MASK_ALL_SLICES: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     if USE_PDL:
@@ -122,7 +122,9 @@ def _msa_decode_split_kernel(
         if KV_UPCAST == 1:
             k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
         s = tl.dot(q, tl.trans(k.to(q.dtype)))
-        if sub + BLOCK_N > n_visible:
+        if MASK_ALL_SLICES:
+            s = tl.where(visible[None, :], s, float("-inf"))
+        elif sub + BLOCK_N > n_visible:
             s = tl.where(visible[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
         # A row that has seen no visible key yet keeps m == -inf; shift by 0 so exp2 gives 0, not NaN.
@@ -305,8 +307,13 @@ def partial_dtype(kv_dtype, out_dtype):
 
 
 def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=False, use_pdl=False, kv_tma=False,
-               **_):
-    """The kernel's compile-time parameters for a shape and config (shared with the static checks)."""
+               decode_query_len=1, **_):
+    """The kernel's compile-time parameters for a shape and config (shared with the static checks).
+
+    MASK_ALL_SLICES: plain loads of uniform multi-token queries (decode_query_len > 1, not varlen)
+    mask the scores of every slice, not only the partial ones. There the gate's branch tipped ptxas
+    into more registers (TP8 per_token_head `bn128 w8 sp8`, 4 tokens: 172 instead of 128, one
+    program an SM instead of two, x0.65 on the H100); every other launch keeps the gate."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
@@ -315,7 +322,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1),
                 KV_UPCAST=2 if config.kv_upcast == 3 else config.kv_upcast,
                 V_CVT_ASM=config.kv_upcast == 3,
-                VARLEN=varlen, USE_PDL=use_pdl, KV_TMA=kv_tma)
+                VARLEN=varlen, USE_PDL=use_pdl, KV_TMA=kv_tma,
+                MASK_ALL_SLICES=not kv_tma and not varlen and decode_query_len > 1)
 
 
 def options(config):
@@ -361,7 +369,8 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         *q.stride(), *kv_cache.stride(), *topk_idx.stride(), *block_table.stride(), *output.stride(),
     )
     kwargs = dict(**constexprs(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, topk=topk,
-                               config=config, varlen=varlen, use_pdl=use_pdl, kv_tma=kv_tma),
+                               config=config, varlen=varlen, use_pdl=use_pdl, kv_tma=kv_tma,
+                               decode_query_len=decode_query_len),
                   **options(config), launch_pdl=use_pdl)
     if record is not None:
         record.append((_msa_decode_split_kernel, grid, args, kwargs))
@@ -369,4 +378,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '3b7a3fed3fd39b53e2dbf6a35c76dc276cc087910198948c6dc14322c2559b5c'
+INPUTS_SHA256 = '4d805f592a78be5e4d9edc201ec4d368d3a3b128e499ca6a5848e26a8f0fadf7'

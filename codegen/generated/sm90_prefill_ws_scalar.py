@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: 76b0d4e2acf7a29416cb8b8eee1a38e8abbc37dbdd1f2881b4d52c51003ae4e5
+# inputs-sha256: 7f064483414f5c0489c90f43688d9561c675bf43aecb27c85b365f8fcdb7cc09
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -601,4 +601,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '76b0d4e2acf7a29416cb8b8eee1a38e8abbc37dbdd1f2881b4d52c51003ae4e5'
+INPUTS_SHA256 = '7f064483414f5c0489c90f43688d9561c675bf43aecb27c85b365f8fcdb7cc09'

@@ -42,8 +42,8 @@ def _typical_int_args(launch: StaticLaunch) -> dict[str, int]:
     - top-k ids [Hkv, tokens, topk] transposed from [tokens, Hkv, topk] (stride_tk_k == 1);
     - block table [requests, 1024] (a row stride that is a multiple of 16);
     - per-token-head scales [Hkv, slots] transposed from [slots, Hkv] (stride_*s_h == 1);
-    - num_reqs neither 1 nor a multiple of 16 (a generic batch); decode_query_len == 1 (plain
-      decode; varlen launches pass 1 too); blocks_per_split = ceil(topk / num_splits).
+    - num_reqs neither 1 nor a multiple of 16 (a generic batch); decode_query_len the launch's (1:
+      plain decode; varlen launches pass 1 too); blocks_per_split = ceil(topk / num_splits).
     tests/static checks the result against the JIT's own binder fed with codegen.cases inputs, and
     benchmarks/probes/compare_resources.py against the kernels the JIT loads on an H200.
     """
@@ -51,7 +51,7 @@ def _typical_int_args(launch: StaticLaunch) -> dict[str, int]:
     return {
         "topk": topk,
         "num_reqs": 7,
-        "decode_query_len": 1,
+        "decode_query_len": 1 if launch.varlen else launch.decode_query_len,
         "blocks_per_split": -(-topk // launch.config.num_splits),
         "stride_q_t": hq * d, "stride_q_h": d, "stride_q_d": 1,
         "stride_o_t": hq * d, "stride_o_h": d, "stride_o_d": 1,
@@ -217,7 +217,8 @@ def compile_inputs(launch: StaticLaunch, options: Mapping[str, Any] | None = Non
                                           # a contiguous cache's path, unless the config asks for plain loads
                                           kv_tma=(get_arch(launch.arch).kv_tma and launch.config.kv_tma == 1
                                                   and launch.kv_rows_aligned),
-                                          kv_rows_aligned=launch.kv_rows_aligned)
+                                          kv_rows_aligned=launch.kv_rows_aligned,
+                                          decode_query_len=launch.decode_query_len)
     compile_options = dict(module.options(launch.config))
     if launch.use_pdl:
         compile_options["launch_pdl"] = True  # codegen.api launches these kernels with launch_pdl

@@ -119,6 +119,9 @@ class StaticLaunch:
     # False: a cache whose rows Triton cannot see 16-byte aligned (the [pages, Hkv, 128, 2D + 8]
     # buffer's [..., :2D] view): plain loads, and the launch's own constexprs for it (kv_rows_aligned).
     kv_rows_aligned: bool = True
+    # decode_split: tokens per request of a uniform (non-varlen) decode launch; 1 is plain decode, which
+    # Triton compiles with the value as a constant, >1 the speculative-verify shape (one compile for all).
+    decode_query_len: int = 1
     # Other KV dtypes / head layouts whose launches compile identically and were merged into this one.
     also_kv_dtypes: tuple[str, ...] = ()
     also_heads: tuple[str, ...] = ()
@@ -132,7 +135,7 @@ class StaticLaunch:
             raise ValueError(f"kv_dtype: expected one of {KV_DTYPES}, got {self.kv_dtype!r}")
         if self.q_dtype not in Q_DTYPES:
             raise ValueError(f"q_dtype: expected one of {sorted(Q_DTYPES)}, got {self.q_dtype!r}")
-        for name in ("num_q_heads", "num_kv_heads", "head_dim", "topk"):
+        for name in ("num_q_heads", "num_kv_heads", "head_dim", "topk", "decode_query_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected a positive int, got {value!r}")
@@ -164,6 +167,8 @@ class StaticLaunch:
         """A readable, unique-enough name: used as the pytest id and in messages."""
         extra = "" if (self.head_dim, self.topk, self.q_dtype, self.varlen) == (128, 16, "bf16", False) else (
             f"-d{self.head_dim}-k{self.topk}-q{self.q_dtype}" + ("-varlen" if self.varlen else ""))
+        if self.decode_query_len != 1:
+            extra += f"-qlen{self.decode_query_len}"
         return (f"{self.variant}-{self.kv_dtype}-{self.num_q_heads}x{self.num_kv_heads}-"
                 f"{config_label(self.arch, self.kernel, self.config).replace(' ', '-')}{extra}")
 

@@ -116,3 +116,23 @@ def test_kv_upcast_3_converts_unaligned_rows_by_to(scale_mode, view):
         case.poison()
         out = cases.run_kernel(case, arch="sm90", config=config, selection="per_token")
         assert compare(out, expected, torch.float16).ok
+
+
+def test_uniform_multi_token_plain_loads_mask_every_slice():
+    """Uniform multi-token decode on plain loads masks every slice's scores (MASK_ALL_SLICES; why:
+    tests/static/test_multi_token_decode.py); single-token, varlen and TMA launches keep the gate."""
+    module = load_module("sm90", "decode_split", "none")
+    config = LaunchConfig(block_n=32, num_splits=3, fused_merge=1, kv_tma=0)
+    shape = dict(num_q_heads=8, num_kv_heads=2, head_dim=32, topk=4, config=config)
+    assert module.constexprs(**shape, decode_query_len=3)["MASK_ALL_SLICES"] is True
+    assert module.constexprs(**shape, decode_query_len=1)["MASK_ALL_SLICES"] is False
+    assert module.constexprs(**shape, decode_query_len=3, kv_tma=True)["MASK_ALL_SLICES"] is False
+    assert module.constexprs(**shape, decode_query_len=3, varlen=True)["MASK_ALL_SLICES"] is False
+    # Three tokens a request: all but the last end inside their own block, a partial slice each.
+    case = cases.decode_case(arch="sm90", seq_lens=[60, 200, 300], decode_query_len=3, seed=2, **SMALL)
+    expected = cases.run_reference(case)
+    case.poison_past_the_end()
+    case.poison()
+    out = cases.run_kernel(case, arch="sm90", config=config)
+    assert torch.isfinite(out).all()
+    assert compare(out, expected, torch.float32).ok
