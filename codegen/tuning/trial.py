@@ -221,9 +221,8 @@ def prepare(request: dict, phases: _Phases | None = None) -> list[str]:
         # A dozen preparers each holding a large bucket's inputs left the trial worker without
         # memory (H200, decode 64x4@256: 13 trials failed with CUDA OOM). Keep inputs up to a 48th
         # of the GPU's memory (12 preparers: a quarter) for the next candidate; give larger ones back,
-        # with the plans the compile made: a plan's buffers carved from the inputs' allocator segment
-        # would keep all of it reserved (the suspect for decode 64x4@512's 14 GiB a preparer after
-        # giving back, 2026-12-03; not yet confirmed on a GPU).
+        # with the plans the compile made (their buffers may sit in the inputs' allocator segments).
+        # This did not cure decode 64x4@512's ~14 GiB a preparer (docs/tuning.md): 3 preparers do.
         if torch.cuda.memory_allocated() > _keep_bytes():
             _first_sets.clear()
             forget_plans()
