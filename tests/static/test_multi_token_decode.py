@@ -2,7 +2,7 @@
 configs its token-count bucket tuned on single-token requests. Triton compiles decode_query_len == 1 as
 a constant and every other value as one generic kernel, so ptxas allocates the two differently.
 On 2026-12-07 the generic compile of TP8 per_token_head `bn128 w8 st1 sp8 up0` (plain loads) took 172
-registers against 128: one program an SM instead of two, x0.65 on 8 requests x 4 tokens (H100).
+registers against 128: one program an SM instead of two, x0.66 on 8 requests x 4 tokens (H100; x0.65 on the H200).
 This gate compiles every shipped sm90 decode config both ways and fails where the multi-token kernel
 fits fewer programs on an SM by its registers."""
 from __future__ import annotations
