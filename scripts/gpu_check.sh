@@ -98,8 +98,9 @@ command_of() {
   if [ -n "${!override:-}" ]; then echo "${!override}"; return; fi
   case "$1" in
     tests) echo "$PY -m pytest tests/gpu -q -p no:cacheprovider --durations=25 $(xdist_args)" ;;
-    # Seeded random cases for 150 s in 12 processes against tests/fuzz/oracle.py; a failure names its seed.
-    fuzz) echo "$PY -m tests.fuzz.run --seconds 150 --workers 12 --min-cases 100" ;;
+    # Seeded random cases for 150 s against tests/fuzz/oracle.py, a process per 10 GiB of the GPU's memory (12 at
+    # most); a case that ran out of memory beside the others is judged by a run alone; a failure names its seed.
+    fuzz) echo "$PY -m tests.fuzz.run --seconds 150 --min-cases 100" ;;
     # Two decode buckets, one table, a few trials: the tuner's whole pipeline, into temp folders only.
     tune) echo "$PY tune.py --kernels decode --modes scalar:fp8 --layouts tp4 --decode-buckets 1,64 --trials 6 --bucket-time 60 --out $TMP_DIR/tuned --storage sqlite:///$TMP_DIR/study.db" ;;
     bench) echo "$PY benchmarks/bench.py --quick" ;;

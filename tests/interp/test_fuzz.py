@@ -162,3 +162,40 @@ def test_the_sensitivity_predicts_the_move_of_rounded_scores(seed):
     assert bool((move <= check.ROUNDING_SIGMAS * unit * sens).all())
     ratio = move / (unit * sens).clamp_min(1e-30)
     assert float(ratio.median()) > 0.1 and float(move.max() / exact.norm(dim=-1).max()) > 1e-3
+
+
+def test_a_case_out_of_memory_beside_other_workers_is_judged_alone(monkeypatch, capsys):
+    record = dict(case="decode x", rel_l2=0.0, worst_row=0.0, gate=0.1, seconds=0.1)
+    oom = dict(record, seed=3, ok=False, failure="raised OutOfMemoryError: CUDA out of memory.")
+    wrong = dict(record, seed=4, ok=False, failure="rel L2 0.3 over its gate")
+    calls = []
+
+    def pool(outcome_alone):
+        def fake(commands, env, seconds):
+            calls.append(commands)
+            if len(calls) == 1:
+                return [dict(record, seed=1, ok=True, failure=""), oom, wrong], []
+            return [outcome_alone], []
+        return fake
+
+    monkeypatch.setattr(fuzz_run, "_pool", pool(dict(oom, ok=True, failure="")))
+    argv = ["--workers", "2", "--seconds", "1", "--profile", "cpu"]
+    assert fuzz_run.main(argv) == 1  # seed 4's wrong result still fails
+    assert calls[1] == [calls[0][0][:-2] + ["--worker", "0", "--rerun", "3"]]  # only the out-of-memory seed
+    out = capsys.readouterr().out
+    assert "1 failed" in out and "FAILED seed=4" in out and "seed=3" not in out.split("cases (")[1]
+    assert "1 re-run alone" in out
+
+    calls.clear()
+    wrong_alone = dict(oom, failure="raised OutOfMemoryError: CUDA out of memory.")
+    monkeypatch.setattr(fuzz_run, "_pool", pool(wrong_alone))
+    assert fuzz_run.main(argv) == 1  # out of memory alone too: a failure
+    assert "FAILED seed=3" in capsys.readouterr().out
+
+
+def test_listed_seeds_run_in_order_and_the_drawn_ones_step_by_workers():
+    args = fuzz_run._parse(["--worker", "1", "--workers", "3", "--first-seed", "10", "--seconds", "60"])
+    drawn = fuzz_run._seeds(args)
+    assert [next(drawn) for _ in range(3)] == [11, 14, 17]
+    args = fuzz_run._parse(["--worker", "0", "--rerun", "7,2,40"])
+    assert list(fuzz_run._seeds(args)) == [7, 2, 40]
