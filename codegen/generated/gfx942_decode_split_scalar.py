@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 58115721e17282db11604f904e8a6317457125ed35cc5a9d04052e4791de2866
+# inputs-sha256: bba4692dff67cca56f5a0261b75a62f8b29b4783d4fa19357103d766610f318f
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -243,9 +243,12 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
     """The kernel's compile-time parameters for a shape and config (shared with the static checks).
 
     MASK_ALL_SLICES: plain loads of uniform multi-token queries (decode_query_len > 1, not varlen)
-    mask the scores of every slice, not only the partial ones. There the gate's branch tipped ptxas
-    into more registers (TP8 per_token_head `bn128 w8 sp8`, 4 tokens: 172 instead of 128, one
-    program an SM instead of two: x0.66 on the H100, x0.65 on the H200); every other launch keeps the gate."""
+    mask the scores of every slice, not only the partial ones, unless V converts by asm (kv_upcast 3).
+    There the gate's branch tipped ptxas into more registers (TP8 per_token_head `bn128 w8 sp8 up0`,
+    4 tokens: 172 instead of 128, one program an SM instead of two: x0.66 on the H100, x0.65 on the
+    H200; results/h100/decode-multitoken). With kv_upcast 3 it did not (no shipped config gains
+    registers from it) and every 4-token row measured was 0.4-3.8% faster with the gate
+    (results/h100/decode-multitoken-check); every other launch keeps the gate too."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
@@ -254,7 +257,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 FUSED_MERGE=bool(config.fused_merge and config.num_splits > 1),
                 KV_UPCAST=config.kv_upcast,
                 VARLEN=varlen, USE_PDL=False, KV_TMA=kv_tma,
-                MASK_ALL_SLICES=not kv_tma and not varlen and decode_query_len > 1)
+                MASK_ALL_SLICES=(not kv_tma and not varlen and decode_query_len > 1
+                                 and config.kv_upcast != 3))
 
 
 def options(config):
@@ -310,4 +314,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '58115721e17282db11604f904e8a6317457125ed35cc5a9d04052e4791de2866'
+INPUTS_SHA256 = 'bba4692dff67cca56f5a0261b75a62f8b29b4783d4fa19357103d766610f318f'

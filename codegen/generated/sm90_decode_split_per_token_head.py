@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: efe24df95f861692af18ac82e09597392125aa87861842b55e095784a3a3a3d4
+# inputs-sha256: efb3a665bb7696def660bbb7af3630e546115a2ecf7c05a6ebf37949e25bd4ec
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -327,9 +327,12 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
     """The kernel's compile-time parameters for a shape and config (shared with the static checks).
 
     MASK_ALL_SLICES: plain loads of uniform multi-token queries (decode_query_len > 1, not varlen)
-    mask the scores of every slice, not only the partial ones. There the gate's branch tipped ptxas
-    into more registers (TP8 per_token_head `bn128 w8 sp8`, 4 tokens: 172 instead of 128, one
-    program an SM instead of two: x0.66 on the H100, x0.65 on the H200); every other launch keeps the gate."""
+    mask the scores of every slice, not only the partial ones, unless V converts by asm (kv_upcast 3).
+    There the gate's branch tipped ptxas into more registers (TP8 per_token_head `bn128 w8 sp8 up0`,
+    4 tokens: 172 instead of 128, one program an SM instead of two: x0.66 on the H100, x0.65 on the
+    H200; results/h100/decode-multitoken). With kv_upcast 3 it did not (no shipped config gains
+    registers from it) and every 4-token row measured was 0.4-3.8% faster with the gate
+    (results/h100/decode-multitoken-check); every other launch keeps the gate too."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
@@ -339,7 +342,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 KV_UPCAST=2 if config.kv_upcast == 3 else config.kv_upcast,
                 V_CVT_ASM=config.kv_upcast == 3,
                 VARLEN=varlen, USE_PDL=use_pdl, KV_TMA=kv_tma,
-                MASK_ALL_SLICES=not kv_tma and not varlen and decode_query_len > 1)
+                MASK_ALL_SLICES=(not kv_tma and not varlen and decode_query_len > 1
+                                 and config.kv_upcast != 3))
 
 
 def options(config):
@@ -395,4 +399,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'efe24df95f861692af18ac82e09597392125aa87861842b55e095784a3a3a3d4'
+INPUTS_SHA256 = 'efb3a665bb7696def660bbb7af3630e546115a2ecf7c05a6ebf37949e25bd4ec'
