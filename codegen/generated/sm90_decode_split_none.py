@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: 62ae4ec5244201ccd53f164592da67040213dd89d29732983fb57e022b1bddcb
+# inputs-sha256: 290c2d6829b4d89dca61c42c3f0dfb99028de468232e7fb0f121e2f38e6ebf66
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -304,13 +304,11 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                decode_query_len=1, **_):
     """The kernel's compile-time parameters for a shape and config (shared with the static checks).
 
-    MASK_ALL_SLICES: plain loads of uniform multi-token queries (decode_query_len > 1, not varlen)
-    mask the scores of every slice, not only the partial ones, unless V converts by asm (kv_upcast 3).
-    There the gate's branch tipped ptxas into more registers (TP8 per_token_head `bn128 w8 sp8 up0`,
-    4 tokens: 172 instead of 128, one program an SM instead of two: x0.66 on the H100, x0.65 on the
-    H200; results/h100/decode-multitoken). With kv_upcast 3 it did not (no shipped config gains
-    registers from it) and every 4-token row measured was 0.4-3.8% faster with the gate
-    (results/h100/decode-multitoken-check); every other launch keeps the gate too."""
+    MASK_ALL_SLICES: plain loads of uniform multi-token queries (decode_query_len > 1, not varlen), but
+    for kv_upcast 3, mask every slice's scores: the partial-slice gate's branch tipped ptxas into 172
+    registers (TP8 per_token_head `bn128 w8 sp8 up0`, 4 tokens; 128 at 1), x0.65 (results/h100/
+    decode-multitoken). kv_upcast 3 and every other launch keep the gate: 0.4-3.8% faster on every
+    4-token up3 row measured (results/h100/decode-multitoken-check)."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
@@ -375,4 +373,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '62ae4ec5244201ccd53f164592da67040213dd89d29732983fb57e022b1bddcb'
+INPUTS_SHA256 = '290c2d6829b4d89dca61c42c3f0dfb99028de468232e7fb0f121e2f38e6ebf66'
