@@ -101,13 +101,16 @@ def tuned_entries(path: pathlib.Path) -> list[TunedEntry]:
 TUNED_MAX_TOKENS = 256
 
 
-def tuned_case_shape(entry: TunedEntry) -> dict:
-    """serving_case keywords for `entry`: decode, min(bucket, 256) single-token requests; prefill,
-    one chunk of min(bucket, 256) tokens after 3000 cached ones."""
+def tuned_case_shape(entry: TunedEntry, query_len: int = 1) -> dict:
+    """serving_case keywords for `entry`: decode, min(bucket, 256) tokens as requests of `query_len`
+    tokens each (at least one request; > 1: speculative verify, which Triton compiles apart from
+    single-token decode); prefill, one chunk of min(bucket, 256) tokens after 3000 cached ones."""
     kernel, mode, kv_dtype, heads = entry.table.split("/")
+    if query_len < 1 or (query_len > 1 and kernel != "decode"):
+        raise ValueError(f"query_len: expected 1, or > 1 for a decode entry; got {query_len} for {entry.table}")
     hq, hkv = (int(x) for x in heads.split("x"))
     tokens = min(entry.bucket, TUNED_MAX_TOKENS)
     shape = dict(num_q_heads=hq, num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode, context=3000)
     if kernel == "decode":
-        return dict(shape, batch=tokens, tokens=1)
+        return dict(shape, batch=max(1, tokens // query_len), tokens=query_len)
     return dict(shape, batch=1, tokens=tokens)

@@ -296,3 +296,16 @@ def test_tuned_table_config_gpu(arch, entry):
     case = cases.serving_case(entry.table.split("/")[0], arch=arch, seed=13, **gpu_suite.tuned_case_shape(entry))
     kw = {} if case.kernel == "decode" else {"selection": "per_token" if entry.per_token else "tiled"}
     _check(case, entry.config, **kw)
+
+
+_TUNED_DECODE = [entry for entry in _TUNED if entry.table.startswith("decode")]
+
+
+@pytest.mark.parametrize("entry", _TUNED_DECODE, ids=[entry.id for entry in _TUNED_DECODE])
+def test_tuned_decode_config_on_four_token_requests_gpu(arch, entry):
+    """Every decode config of the H200's table on 4-token requests (speculative verify): Triton
+    compiles it apart from single-token decode, with its own score masking (MASK_ALL_SLICES)."""
+    if arch != "sm90":
+        pytest.skip(f"the table is sm90's; this device is {arch}")
+    case = cases.serving_case("decode", arch=arch, seed=17, **gpu_suite.tuned_case_shape(entry, query_len=4))
+    _check(case, entry.config)

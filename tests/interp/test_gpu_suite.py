@@ -54,6 +54,20 @@ def test_a_tuned_entrys_shape_is_its_bucket_or_smaller(index):
     assert (shape["tokens"] == 1) == entry.table.startswith("decode")
 
 
+def test_a_decode_entrys_shape_on_multi_token_requests():
+    entries = gpu_suite.tuned_entries(TABLE)
+    decode = [e for e in entries if e.table.startswith("decode")]
+    for entry in decode:
+        shape = gpu_suite.tuned_case_shape(entry, query_len=4)
+        tokens = min(entry.bucket, gpu_suite.TUNED_MAX_TOKENS)
+        assert shape["tokens"] == 4 and shape["batch"] == max(1, tokens // 4)
+    prefill = next(e for e in entries if e.table.startswith("prefill"))
+    with pytest.raises(ValueError, match="query_len"):
+        gpu_suite.tuned_case_shape(prefill, query_len=4)
+    with pytest.raises(ValueError, match="query_len"):
+        gpu_suite.tuned_case_shape(decode[0], query_len=0)
+
+
 def test_the_suite_configs_are_valid_and_distinct():
     configs = gpu_suite.suite_configs()
     for family, items in configs.items():
