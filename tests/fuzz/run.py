@@ -179,15 +179,16 @@ def main(argv=None) -> int:
           f"profile {args.profile or ('gpu' if gpu else 'cpu')}", flush=True)
     start = time.monotonic()
     lines, died = _pool([base + ["--worker", str(i)] for i in range(workers)], env, args.seconds + GRACE_SECONDS)
-    crowded = sorted(r["seed"] for r in lines if not r["ok"] and OOM in r["failure"])
-    if crowded and workers > 1:  # judged by a run alone: the other workers' memory is free again
+    # Judged by a run alone, where the other workers' memory is free again (one worker: it already was).
+    crowded = sorted(r["seed"] for r in lines if not r["ok"] and OOM in r["failure"]) if workers > 1 else []
+    if crowded:
         print(f"tests.fuzz.run: {len(crowded)} case(s) ran out of GPU memory beside the other workers; "
               f"running them alone", flush=True)
         rerun = base + ["--worker", "0", "--rerun", ",".join(map(str, crowded))]
         again, died_again = _pool([rerun], env, GRACE_SECONDS + 10 * len(crowded))
         lines = [r for r in lines if r["seed"] not in crowded] + again
         died += [f"re-run {line}" for line in died_again]
-    return _summary(lines, died, args.min_cases, time.monotonic() - start, rerun=len(crowded) if workers > 1 else 0)
+    return _summary(lines, died, args.min_cases, time.monotonic() - start, rerun=len(crowded))
 
 
 def _summary(lines, died, min_cases, seconds, rerun=0) -> int:
