@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 19df7e42626389956f2eaba6ff1cd19910c39281a4cb8366c769e1229d6f59e0
+# inputs-sha256: d96847dc10aa218794d22da7b67a336c752679bbf6391b89a6846ee3a05172d4
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -245,8 +245,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
     MASK_ALL_SLICES: plain loads of uniform multi-token queries (decode_query_len > 1, not varlen), but
     for kv_upcast 3, mask every slice's scores: the partial-slice gate's branch tipped ptxas into 172
     registers (TP8 per_token_head `bn128 w8 sp8 up0`, 4 tokens; 128 at 1), x0.65 (results/h100/
-    decode-multitoken). kv_upcast 3 and every other launch keep the gate: 0.4-3.8% faster on every
-    4-token up3 row measured (results/h100/decode-multitoken-check)."""
+    decode-multitoken). kv_upcast 3 and every other launch keep the gate: 0.4-3.8% faster on all six
+    4-token plain-load up3 rows measured (results/h100/decode-multitoken-check)."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
@@ -312,4 +312,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '19df7e42626389956f2eaba6ff1cd19910c39281a4cb8366c769e1229d6f59e0'
+INPUTS_SHA256 = 'd96847dc10aa218794d22da7b67a336c752679bbf6391b89a6846ee3a05172d4'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: 290c2d6829b4d89dca61c42c3f0dfb99028de468232e7fb0f121e2f38e6ebf66
+# inputs-sha256: b2509016fdab5051555e6f3cad605f5cc1329d59eb22baf0b8849469be11677b
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -307,8 +307,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
     MASK_ALL_SLICES: plain loads of uniform multi-token queries (decode_query_len > 1, not varlen), but
     for kv_upcast 3, mask every slice's scores: the partial-slice gate's branch tipped ptxas into 172
     registers (TP8 per_token_head `bn128 w8 sp8 up0`, 4 tokens; 128 at 1), x0.65 (results/h100/
-    decode-multitoken). kv_upcast 3 and every other launch keep the gate: 0.4-3.8% faster on every
-    4-token up3 row measured (results/h100/decode-multitoken-check)."""
+    decode-multitoken). kv_upcast 3 and every other launch keep the gate: 0.4-3.8% faster on all six
+    4-token plain-load up3 rows measured (results/h100/decode-multitoken-check)."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
@@ -373,4 +373,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '290c2d6829b4d89dca61c42c3f0dfb99028de468232e7fb0f121e2f38e6ebf66'
+INPUTS_SHA256 = 'b2509016fdab5051555e6f3cad605f5cc1329d59eb22baf0b8849469be11677b'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 1995cc1906193b41cf6daf43e6341e51ef0042b9c2e9795380f5b1d744dcf866
+# inputs-sha256: c85b374c56009f7f96714286235e43e77f7ced3af1d1270fdbe281eb5250b4e6
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -320,8 +320,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
     MASK_ALL_SLICES: plain loads of uniform multi-token queries (decode_query_len > 1, not varlen), but
     for kv_upcast 3, mask every slice's scores: the partial-slice gate's branch tipped ptxas into 172
     registers (TP8 per_token_head `bn128 w8 sp8 up0`, 4 tokens; 128 at 1), x0.65 (results/h100/
-    decode-multitoken). kv_upcast 3 and every other launch keep the gate: 0.4-3.8% faster on every
-    4-token up3 row measured (results/h100/decode-multitoken-check)."""
+    decode-multitoken). kv_upcast 3 and every other launch keep the gate: 0.4-3.8% faster on all six
+    4-token plain-load up3 rows measured (results/h100/decode-multitoken-check)."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
@@ -387,4 +387,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '1995cc1906193b41cf6daf43e6341e51ef0042b9c2e9795380f5b1d744dcf866'
+INPUTS_SHA256 = 'c85b374c56009f7f96714286235e43e77f7ced3af1d1270fdbe281eb5250b4e6'

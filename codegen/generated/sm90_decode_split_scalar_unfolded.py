@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar_unfolded (arch=sm90, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: cac5242f3bae18cd00267f7b9b3e25fdfac22c3ca981af3f853286f589a90ca8
+# inputs-sha256: 387a3b60305b5389d2e909307fa6db709eee0a627937911897c2a9ca3a26dbad
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -313,8 +313,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
     MASK_ALL_SLICES: plain loads of uniform multi-token queries (decode_query_len > 1, not varlen), but
     for kv_upcast 3, mask every slice's scores: the partial-slice gate's branch tipped ptxas into 172
     registers (TP8 per_token_head `bn128 w8 sp8 up0`, 4 tokens; 128 at 1), x0.65 (results/h100/
-    decode-multitoken). kv_upcast 3 and every other launch keep the gate: 0.4-3.8% faster on every
-    4-token up3 row measured (results/h100/decode-multitoken-check)."""
+    decode-multitoken). kv_upcast 3 and every other launch keep the gate: 0.4-3.8% faster on all six
+    4-token plain-load up3 rows measured (results/h100/decode-multitoken-check)."""
     gqa = num_q_heads // num_kv_heads
     return dict(GQA=gqa, HEAD_DIM=head_dim, PAGE=PAGE, TOPK_P2=triton.next_power_of_2(topk),
                 BLOCK_M=max(16, triton.next_power_of_2(gqa)), BLOCK_N=config.block_n,
@@ -380,4 +380,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'cac5242f3bae18cd00267f7b9b3e25fdfac22c3ca981af3f853286f589a90ca8'
+INPUTS_SHA256 = '387a3b60305b5389d2e909307fa6db709eee0a627937911897c2a9ca3a26dbad'
