@@ -10,7 +10,8 @@
 #                                               #   prefill_incumbents_per_token, prefill_ws, prefill_ws_per_token);
 #                                               #   TRIALS, TUNE_S (decode: its 512 bucket in a second run, 3 preparers)
 #   bash scripts/h200.sh grid decode|prefill    # the bench grid of this tree, then of .before (FILTER:
-#                                               #   label substrings separated by ';')
+#                                               #   label substrings separated by ';'; AFTER_TREE and
+#                                               #   BEFORE_TREE name other trees, e.g. an experiment's)
 #   bash scripts/h200.sh probe                  # benchmarks/probes/probe.py: .before's prefill against this tree's
 #   bash scripts/h200.sh profile                # Nsight Compute counters of NCU_CASES (benchmarks/probes/ncu_cases.py)
 #   bash scripts/h200.sh tests                  # the GPU test suite
@@ -109,8 +110,8 @@ case $STAGE in
   grid)
     KERNEL=${2:?grid: decode or prefill}
     IFS=';' read -ra FILTERS <<< "${FILTER:-$KERNEL}"  # ';' between filters: a label filter has spaces
-    bench . after "${FILTERS[@]}"
-    bench .before before "${FILTERS[@]}" ;;
+    bench "${AFTER_TREE:-.}" after "${FILTERS[@]}"
+    bench "${BEFORE_TREE:-.before}" before "${FILTERS[@]}" ;;
   probe)
     timeout -k 10 "${PROBE_S:-420}" python3 benchmarks/probes/probe.py --kernel prefill --before .before \
       --out "$OUT/probe" --compile-jobs 14 > "$OUT/probe.log" 2>&1

@@ -8,7 +8,7 @@ import torch
 
 from codegen import LaunchConfig, cases
 from codegen.accuracy import compare, gate_dtype
-from codegen.variants import ARCHS
+from codegen.variants import ARCHS, PAGE_SIZE
 
 # (scale mode, KV cache dtype): fp8 with each scale mode, fp8 without scales, and a bf16 cache.
 MODES = [("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "fp8"), ("none", "bf16")]
@@ -68,6 +68,17 @@ def test_decode(arch, mode, kv_dtype, shape, num_splits):
     out, _ = _check(case, arch, _config(arch, block_n=64, num_splits=num_splits))
     real = case.args["q"].shape[0] - DECODE_SHAPES[shape].get("padded_rows", 0)
     assert torch.equal(out[real:], torch.zeros_like(out[real:])), "padded rows must come out as zeros"
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("mode,kv_dtype", MODES)
+@pytest.mark.parametrize("shape", sorted(DECODE_SHAPES))
+@pytest.mark.parametrize("kv_tma", [0, 1])
+def test_decode_one_slice_programs(arch, mode, kv_dtype, shape, kv_tma):
+    """A program of one page's single slice (block_n = the page, a split per top-k entry: the small
+    batches' tuned configs), by TMA or plain loads, with the fused merge."""
+    case = cases.decode_case(arch=arch, kv_dtype=kv_dtype, scale_mode=mode, seed=11, **DECODE_SHAPES[shape], **SMALL)
+    _check(case, arch, _config(arch, block_n=PAGE_SIZE, num_splits=SMALL["topk"], fused_merge=1, kv_tma=kv_tma))
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
