@@ -8,7 +8,9 @@
 #   bash scripts/h200.sh candidates LIST        # re-tune over codegen/tuning/candidates/h200_LIST.json
 #                                               #   (decode, prefill_tiles, prefill_per_token, prefill_incumbents,
 #                                               #   prefill_incumbents_per_token, prefill_ws, prefill_ws_per_token);
-#                                               #   TRIALS, TUNE_S (decode: its 512 bucket in a second run, 3 preparers)
+#                                               #   TRIALS (default: every candidate), TUNE_S, TUNE_ARGS (e.g.
+#                                               #   "--modes per_token_head:fp8"; decode: its 512 bucket in a
+#                                               #   second run, 3 preparers)
 #   bash scripts/h200.sh grid decode|prefill    # the bench grid of this tree, then of .before (FILTER:
 #                                               #   label substrings separated by ';'; AFTER_TREE and
 #                                               #   BEFORE_TREE name other trees, e.g. an experiment's)
@@ -94,7 +96,11 @@ case $STAGE in
               "prefill_incumbents_per_token, prefill_ws or prefill_ws_per_token, got $LIST" >&2; exit 2 ;;
     esac
     optuna_wheels
-    CAND=(--candidates "@codegen/tuning/candidates/h200_$LIST.json" --trials "${TRIALS:-19}")
+    # Every candidate measured (the tuner samples a list longer than --trials): by default the longest
+    # table's list plus the arch default the tuner adds.
+    EVERY=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+print(1 + max(map(len, d.values())) if isinstance(d, dict) else 1 + len(d))' "codegen/tuning/candidates/h200_$LIST.json")
+    CAND=(--candidates "@codegen/tuning/candidates/h200_$LIST.json" --trials "${TRIALS:-$EVERY}")
     PREPARERS=12
     if [ "$LIST" = decode ]; then
       # The 512-request buckets with 3 preparers: with 12, each preparer kept ~14 GiB of GPU memory and
