@@ -62,7 +62,8 @@ def _check(args) -> None:
                          f"{args.write_defaults!r}")
     if args.arch == "auto" and args.write_defaults is not None:
         raise ValueError(f"--arch: --write-defaults needs one of {archs}")
-    A.at_least("--trials", args.trials, 1, what="an integer")
+    if args.trials is not None:
+        A.at_least("--trials", args.trials, 1, what="an integer")
     if args.patience is not None:
         A.at_least("--patience", args.patience, 1, what="an integer")
     args.full_search = A.count_or_all("--full-search", args.full_search)
@@ -114,6 +115,7 @@ def _check(args) -> None:
         args.candidates = A.candidates_for_grid(args.candidates, {b.table_key for b in grid})
     if args.candidates is not None and args.arch != "auto":  # with auto: once the GPU names the arch (main)
         _check_candidates(args.candidates, grid)
+    args.trials = A.trials_for(args.trials, args.candidates, {b.table_key for b in grid})
     if args.interpret_any_size and not args.interpret:
         raise ValueError("--interpret-any-size: only means something with --interpret")
     if args.interpret and args.write_defaults is None:

@@ -96,11 +96,8 @@ case $STAGE in
               "prefill_incumbents_per_token, prefill_ws or prefill_ws_per_token, got $LIST" >&2; exit 2 ;;
     esac
     optuna_wheels
-    # Every candidate measured (the tuner samples a list longer than --trials): by default the longest
-    # table's list plus the arch default the tuner adds.
-    EVERY=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
-print(1 + max(map(len, d.values())) if isinstance(d, dict) else 1 + len(d))' "codegen/tuning/candidates/h200_$LIST.json")
-    CAND=(--candidates "@codegen/tuning/candidates/h200_$LIST.json" --trials "${TRIALS:-$EVERY}")
+    # Without TRIALS the tuner measures every candidate of each list (plus the default).
+    CAND=(--candidates "@codegen/tuning/candidates/h200_$LIST.json" ${TRIALS:+--trials "$TRIALS"})
     PREPARERS=12
     if [ "$LIST" = decode ]; then
       # The 512-request buckets with 3 preparers: with 12, each preparer kept ~14 GiB of GPU memory and

@@ -6,6 +6,7 @@ import argparse
 import pathlib
 import sys
 
+DEFAULT_TRIALS = 40  # configs a bucket evaluates without --candidates
 
 USAGE = """msa-tune [options]                 tune (see the options below)
        msa-tune status [--storage URL] ...   per bucket: trials, best, workers alive (status --help)
@@ -116,7 +117,9 @@ def tune_parser(description: str) -> Parser:
                         "4 x topk pages; its own sub-entry per bucket) (default %(default)s)")
     p.add_argument("--head-dim", type=int, default=128, help="a power of two >= 16 (default %(default)s)")
     p.add_argument("--topk", type=int, default=16, help="blocks selected per query row (default %(default)s)")
-    p.add_argument("--trials", type=int, default=40, help="configs evaluated per bucket (default %(default)s)")
+    p.add_argument("--trials", type=int, default=None,
+                   help=f"configs evaluated per bucket (default {DEFAULT_TRIALS}; with --candidates, every listed "
+                        "config plus the default: a longer list than --trials is sampled, not measured whole)")
     p.add_argument("--bucket-time", type=float, default=300,
                    help="seconds per bucket before it stops searching (default %(default)s)")
     p.add_argument("--patience", type=int, default=None,
@@ -168,6 +171,21 @@ def tune_parser(description: str) -> Parser:
                    help="no GPU needed: write the arch defaults for DEVICE_NAME (with --arch) as an unmeasured "
                         "file, e.g. for a GPU nobody could tune on yet (default: off)")
     return p
+
+
+def trials_for(trials: int | None, candidates, tables: set) -> int:
+    """--trials as given, else every candidate of the longest list among `tables` plus the default the
+    tuner adds (DEFAULT_TRIALS without --candidates). A given --trials below that gets a note on stderr."""
+    if candidates is None:
+        return DEFAULT_TRIALS if trials is None else trials
+    lists = candidates.values() if isinstance(candidates, dict) else [candidates]
+    every = 1 + max((len(listed) for listed in lists), default=0)
+    if trials is None:
+        return every
+    if trials < every:
+        print(f"msa-tune: --trials {trials} is below the {every - 1} candidates of the longest list (plus the "
+              "default): those studies sample the list instead of measuring all of it", file=sys.stderr)
+    return trials
 
 
 def candidates_for_grid(candidates: dict, tables: set) -> dict:

@@ -87,6 +87,27 @@ def test_a_candidate_list_is_narrowed_to_the_runs_tables(tmp_path, capsys, monke
     assert [list(c) for c in ran] == [["prefill/none/bf16/16x1"]]
 
 
+def test_trials_default_to_every_candidate(tmp_path, capsys, monkeypatch):
+    """With --candidates and no --trials, every study measures its whole list: the longest list of the
+    run's tables plus the default (a list longer than --trials would be sampled). A smaller --trials is
+    kept, with a note; without --candidates the default stays 40."""
+    monkeypatch.setattr(tune, "_device", lambda args: ("sm90", "NVIDIA H200"))
+    trials = []
+    monkeypatch.setattr(tune, "_tune", lambda args, argv, arch, device_name: trials.append(args.trials) or 0)
+    common = ["--kernels", "decode", "--layouts", "tp4", "--modes", "scalar:fp8,per_token_head:fp8",
+              "--out", str(tmp_path / "cfg"), "--storage", f"sqlite:///{tmp_path / 'db' / 'study.db'}"]
+    by_table = {"decode/scalar/fp8/16x1": [{"num_splits": s} for s in (1, 2)],
+                "decode/per_token_head/fp8/16x1": [{"num_splits": s} for s in (1, 2, 4)],
+                "decode/scalar/fp8/64x4": [{"num_splits": s} for s in (1, 2, 3, 4)]}  # outside the run: not counted
+    assert tune.main([*common, "--candidates", json.dumps(by_table)]) == 0
+    assert tune.main([*common, "--candidates", '[{"num_splits": 2}]']) == 0
+    assert tune.main(common) == 0
+    capsys.readouterr()
+    assert tune.main([*common, "--candidates", json.dumps(by_table), "--trials", "2"]) == 0
+    assert "--trials 2 is below the 3 candidates of the longest list" in capsys.readouterr().err
+    assert trials == [4, 2, 40, 2]
+
+
 def test_candidates_are_checked_for_the_arch_the_gpu_names(tmp_path, capsys, monkeypatch):
     # --arch auto (the default on a GPU): the candidates are checked once the device gives the arch,
     # still before anything is touched. The H200 run of 2026-12-01 was refused for arch 'auto'.
