@@ -115,7 +115,7 @@ def _check(args) -> None:
         args.candidates = A.candidates_for_grid(args.candidates, {b.table_key for b in grid})
     if args.candidates is not None and args.arch != "auto":  # with auto: once the GPU names the arch (main)
         _check_candidates(args.candidates, grid)
-    args.trials = A.trials_for(args.trials, args.candidates, {b.table_key for b in grid})
+    args.trials = A.trials_for(args.trials, args.candidates)
     if args.interpret_any_size and not args.interpret:
         raise ValueError("--interpret-any-size: only means something with --interpret")
     if args.interpret and args.write_defaults is None:

@@ -173,9 +173,10 @@ def tune_parser(description: str) -> Parser:
     return p
 
 
-def trials_for(trials: int | None, candidates, tables: set) -> int:
-    """--trials as given, else every candidate of the longest list among `tables` plus the default the
-    tuner adds (DEFAULT_TRIALS without --candidates). A given --trials below that gets a note on stderr."""
+def trials_for(trials: int | None, candidates) -> int:
+    """--trials as given, else every candidate of the longest list (by table: already narrowed to the
+    run's tables, candidates_for_grid) plus the default the tuner adds (DEFAULT_TRIALS without
+    --candidates). A given --trials below that gets a note on stderr."""
     if candidates is None:
         return DEFAULT_TRIALS if trials is None else trials
     lists = candidates.values() if isinstance(candidates, dict) else [candidates]
