@@ -80,6 +80,11 @@ PYEOF
     || echo "gpu_check: WARNING: codegen/torch/triton do not import"
 }
 
+# The cores this process may use. GNU nproc also honours OMP_NUM_THREADS, which scripts/h200.sh sets to 2
+# for the tuner's torch threads: through it the check once sized itself for 2 cores on a 16-core machine
+# and ran the GPU tests in one worker (532 s instead of ~55 s).
+cores() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2> /dev/null || echo "${1:-4}"; }
+
 # -n: 12 workers on 16 cores (each gets one host thread: tests/gpu/conftest.py); pytest-xdist may be absent.
 xdist_args() {
   if ! "$PY" -c "import xdist" 2> /dev/null; then
@@ -87,7 +92,7 @@ xdist_args() {
     return
   fi
   local cores n
-  cores=$(nproc 2> /dev/null || echo 4)
+  cores=$(cores 4)
   n=${WORKERS:-$(( cores * 3 / 4 > 12 ? 12 : (cores * 3 / 4 < 1 ? 1 : cores * 3 / 4) ))}
   echo "-n $n"
 }
@@ -146,7 +151,7 @@ run_part() {
 main() {
   echo "gpu_check: $(date -u +%FT%TZ) in $ROOT at $(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null || echo '?')" \
        "(sources $(fingerprint))," \
-       "$(nproc 2> /dev/null || echo '?') cores, parts: $ONLY, log: $LOG"
+       "$(cores '?') cores, parts: $ONLY, log: $LOG"
   command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   [ "$DRY" = 1 ] || setup
   local summary=() part

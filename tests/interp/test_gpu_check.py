@@ -88,3 +88,15 @@ def test_the_header_names_the_sources_fingerprint(tmp_path):
     assert printed.stdout.strip() == hashlib.sha256(lines.encode()).hexdigest()[:16]
     proc, log = _run(tmp_path, "--dry-run")
     assert f"(sources {printed.stdout.strip()})" in log.read_text().splitlines()[0]
+
+
+def test_cores_ignore_omp_num_threads(tmp_path, monkeypatch):
+    """GNU nproc honours OMP_NUM_THREADS; scripts/h200.sh sets it to 2, and the check then sized its
+    test workers for 2 cores on a 16-core machine. The header (and -n) count the cores this process may
+    use, with OMP_NUM_THREADS=1 set or not."""
+    usable = len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("OMP_THREAD_LIMIT", "1")
+    proc, log = _run(tmp_path, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert f", {usable} cores, parts:" in log.read_text().splitlines()[0]
