@@ -297,7 +297,7 @@ def _write_defaults(args, argv) -> int:
 
 
 def _tune(args, argv, arch: str, device_name: str) -> int:
-    from codegen import tuned_store
+    from codegen import loader, tuned_store
     from codegen.tuning import outputs
     from codegen.tuning.gpu_lock import new_lock_path, remove_lock
     from codegen.tuning.heartbeats import OptunaIncompatible
@@ -315,9 +315,14 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
     grid = _grid(args, arch, device)
     try:  # every path this run writes, now with the GPU's name, before the first trial
         out_path, storage = outputs.check_run_paths(args, arch, device_name)
-        if args.seed_from == "auto" and out_path.exists():  # a re-tune starts from the table it replaces
+        # A re-tune starts from the table it replaces; a first tune of a GPU that borrows a table
+        # (tuned_store.BORROWED_TABLES: an H100 the H200's) from the configs it ran until now.
+        seed_path = out_path if out_path.exists() else loader.borrowed_file(arch, device_name)
+        if args.seed_from == "auto" and seed_path is not None:
+            if seed_path != out_path:
+                print(f"msa-tune: seeds from {seed_path}, the table this GPU borrowed until now")
             try:
-                args.seed_configs = seed_configs_from(out_path, "--seed-from auto")
+                args.seed_configs = seed_configs_from(seed_path, "--seed-from auto")
             except ValueError as exc:
                 raise ValueError(f"{exc} (--seed-from none: tune without it)") from None
         outputs.create_folders(out_path, storage)  # every check passed: the first thing touched

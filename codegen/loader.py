@@ -2,7 +2,8 @@
 
 Lookup order for (kernel, arch, device, scale mode, KV dtype, head layout, token count):
   1. the file for (arch, normalized device) in $MSA_TUNE_CONFIG_DIR, if set and present, else in
-     the repo's tuned_configs/;
+     the repo's tuned_configs/; for a device with none, the file of the device it borrows from
+     (tuned_store.BORROWED_TABLES: an H100 looks up the H200's), searched the same way;
   2. in its table for (kernel, scale mode, KV dtype, head layout): the exact token bucket, else the
      nearest bucket in log2 space (ties go to the smaller bucket);
   3. else the arch default (codegen.configs.default_config).
@@ -74,7 +75,8 @@ def _load(path: str, mtime_ns: int) -> dict | None:
         return None
 
 
-def _document_for(arch: str, device_name: str) -> tuple[pathlib.Path | None, dict | None, str]:
+def _file_for(arch: str, device_name: str) -> tuple[pathlib.Path | None, dict | None, str]:
+    """(path, document, why not) of the first file for (arch, device) in config_dirs()."""
     name = tuned_store.file_name(arch, device_name)
     for folder in config_dirs():
         path = folder / name
@@ -88,6 +90,30 @@ def _document_for(arch: str, device_name: str) -> tuple[pathlib.Path | None, dic
                 return path, None, f"{path} is for another device"
             return path, doc, ""
     return None, None, f"no tuned-config file {name} in {', '.join(str(d) for d in config_dirs())}"
+
+
+def _document_for(arch: str, device_name: str) -> tuple[pathlib.Path | None, dict | None, str, str]:
+    """(path, document, why not, note): the device's own file, else its lender's
+    (tuned_store.BORROWED_TABLES; the note then says whose table it is, for the choice's reason)."""
+    path, doc, why = _file_for(arch, device_name)
+    lent = tuned_store.lender(arch, device_name)
+    if path is not None or lent is None:
+        return path, doc, why, ""
+    path, doc, why_lent = _file_for(arch, lent)
+    if path is None:
+        return None, None, f"{why}, nor its lender {lent}'s", ""
+    own = tuned_store.normalize_device_name(device_name)
+    return path, doc, why_lent, f" (borrowed: {own} has no table, tuned_store.BORROWED_TABLES)"
+
+
+def borrowed_file(arch: str, device_name: str) -> pathlib.Path | None:
+    """The lender's file a device without a table of its own looks up (None: it has one, or borrows
+    none, or its lender's is missing): where a first tune of that device takes its seeds from."""
+    own, _, _ = _file_for(arch, device_name)
+    lent = tuned_store.lender(arch, device_name)
+    if own is not None or lent is None:
+        return None
+    return _file_for(arch, lent)[0]
 
 
 def _mtime(path: str) -> int | None:
@@ -119,8 +145,11 @@ class TableStamp:
 
     def __init__(self, arch: str, device_name: str):
         self.override = _override_raw()
-        name = tuned_store.file_name(arch, device_name)
-        self.files = tuple((path, _mtime(path)) for path in (str(folder / name) for folder in config_dirs()))
+        names = [tuned_store.file_name(arch, device_name)]  # its own file, then its lender's
+        if (lent := tuned_store.lender(arch, device_name)) is not None:
+            names.append(tuned_store.file_name(arch, lent))
+        self.files = tuple((path, _mtime(path)) for name in names for path in (str(folder / name)
+                                                                                for folder in config_dirs()))
 
     def unchanged(self) -> bool:
         if _override_raw() != self.override:
@@ -182,30 +211,32 @@ def get_config(kernel: str, arch: str, device_name: str, scale_mode: str, kv_dty
     default = default_config(arch, kernel, num_tokens=num_tokens, num_kv_heads=num_kv_heads, topk=topk)
     if per_token and default.block_t != 1:
         default = dataclasses.replace(default, block_t=1)
-    path, doc, why = _document_for(arch, device_name)
+    path, doc, why, note = _document_for(arch, device_name)
     if doc is None:
         return ConfigChoice(default, False, "default", why)
     key = tuned_store.table_key(kernel, scale_mode, kv_dtype, num_q_heads, num_kv_heads)
     table = doc["tables"].get(key)
     if table is None:
-        return ConfigChoice(default, False, "default", f"{path} has no table {key}", path=str(path))
+        return ConfigChoice(default, False, "default", f"{path}{note} has no table {key}", path=str(path))
     if not table["provenance"]["measured"]:
-        return ConfigChoice(default, False, "default", f"{path} table {key} holds unmeasured defaults",
+        return ConfigChoice(default, False, "default", f"{path}{note} table {key} holds unmeasured defaults",
                             path=str(path))
     _check_stale(path, table, arch, kernel, scale_mode)
     buckets, scope = _path_buckets(table, per_token)
     if not buckets:  # only the other path's studies finished so far
-        return ConfigChoice(default, False, "default", f"{path} {key} has no bucket for this path", path=str(path))
+        return ConfigChoice(default, False, "default", f"{path}{note} {key} has no bucket for this path",
+                            path=str(path))
     exact = num_tokens in buckets
     bucket = num_tokens if exact else nearest_bucket(buckets, num_tokens)
     config = LaunchConfig.from_dict(buckets[bucket]["config"])
     if per_token:
         config = per_token_twin(config, arch)  # already block_t 1 in a per-token sub-entry
     if config.num_splits > topk:  # a bucket tuned for topk 16 used with a smaller topk
-        return ConfigChoice(default, False, "default", f"{path} {key} bucket {bucket}: num_splits > topk={topk}",
+        return ConfigChoice(default, False, "default", f"{path}{note} {key} bucket {bucket}: num_splits > topk={topk}",
                             path=str(path))
     source = "tuned:exact" if exact else "tuned:nearest"
-    return ConfigChoice(config, True, source, f"{path} {key} bucket {bucket}{scope}", bucket=bucket, path=str(path))
+    return ConfigChoice(config, True, source, f"{path}{note} {key} bucket {bucket}{scope}", bucket=bucket,
+                        path=str(path))
 
 
 def _path_buckets(table: dict, per_token: bool) -> tuple[dict[int, dict], str]:

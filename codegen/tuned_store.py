@@ -58,6 +58,20 @@ def file_name(arch: str, device: str) -> str:
     return f"{arch}__{normalize_device_name(device)}.json"
 
 
+# A GPU with no table of its own looks up the table of the GPU it maps to here: same arch and SM count,
+# and that table measured on this GPU against the arch defaults. H100 (132 SMs, 3.35 TB/s) -> H200 (132
+# SMs, 4.8 TB/s): on an H100 the H200's table ran the quick bench's 18 rows 1.10-4.72x faster than the
+# arch defaults and passed the GPU check (results/h100/check-and-v-early, 2026-12-07). A GPU of the same
+# arch but another shape (e.g. an H20, 78 SMs) is left out until measured. A table tuned on the GPU
+# itself always comes first.
+BORROWED_TABLES = {("sm90", "NVIDIA_H100"): "NVIDIA_H200"}
+
+
+def lender(arch: str, device: str) -> str | None:
+    """The normalized device whose table `device` looks up when it has none of its own, or None."""
+    return BORROWED_TABLES.get((arch, normalize_device_name(device)))
+
+
 def kv_dtype_name(dtype) -> str:
     """A KV cache's torch dtype as the tables name it: any fp8 type (e4m3fn, e4m3fnuz) is "fp8"."""
     if dtype in FP8_DTYPES:

@@ -18,8 +18,8 @@
 #   bash scripts/h200.sh profile                # Nsight Compute counters of NCU_CASES (benchmarks/probes/ncu_cases.py)
 #   bash scripts/h200.sh tests                  # the GPU test suite
 #   bash scripts/h200.sh check                  # scripts/gpu_check.sh, its log to $OUT
-# On another GPU than an H200 (an H100 when no H200 is lent) every stage but the tuning ones looks up the
-# H200's table, its device renamed to this one, unless MSA_TUNE_CONFIG_DIR is set: results name the GPU.
+# On an H100 (when no H200 is lent) the loader itself looks up the H200's table (codegen/tuned_store.py,
+# BORROWED_TABLES), in this tree and in trees since 2026-12-07; results name the GPU.
 # Carry what a stage needs: ".whl" (optuna and its deps, for the tuning stages), ".before" (the previous
 # main, for grid and probe: mkdir .before && git archive MAIN | tar -x -C .before --exclude=results), and
 # for a resumed re-tune "tune_studies" (ignored by git). Study state between calls: each tuning stage
@@ -31,25 +31,6 @@ OUT=${OUT:-/tmp/msa-tune-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
-
-h200_table_here() {  # the H200's tuned table for this GPU, through MSA_TUNE_CONFIG_DIR (a copy, device renamed)
-  local gpu dir=/tmp/msa-tune-h200-table
-  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-  case $gpu in *H200*) return ;; esac
-  [ -n "${MSA_TUNE_CONFIG_DIR:-}" ] && return
-  mkdir -p "$dir"
-  python3 - "$gpu" "$dir" <<'PYEOF' || return
-import json, sys
-from codegen import tuned_store
-device = tuned_store.normalize_device_name(sys.argv[1])
-doc = json.load(open("tuned_configs/sm90__NVIDIA_H200.json"))
-doc["device"] = device
-json.dump(doc, open(f"{sys.argv[2]}/{tuned_store.file_name('sm90', device)}", "w"), indent=1)
-PYEOF
-  export MSA_TUNE_CONFIG_DIR=$dir
-  echo "h200.sh: $gpu looks up the H200's table (its device renamed) in $dir"
-}
-case $STAGE in sample|retune|candidates) ;; *) h200_table_here ;; esac
 
 optuna_wheels() {  # the device image has no optuna: install the carried wheels
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl

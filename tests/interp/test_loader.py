@@ -63,8 +63,61 @@ def test_default_when_no_table_or_no_file(config_dir):
     _write(config_dir, _doc())
     choice = _get(16, mode="per_token_head")
     assert not choice.is_tuned and choice.source == "default" and "has no table" in choice.reason
-    choice = _get(16, device="NVIDIA H100 80GB HBM3")
-    assert not choice.is_tuned and "no tuned-config file sm90__NVIDIA_H100.json" in choice.reason
+    choice = _get(16, device="NVIDIA H20")  # same arch, another shape (78 SMs): borrows nothing
+    assert not choice.is_tuned and "no tuned-config file sm90__NVIDIA_H20.json" in choice.reason
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def test_an_h100_without_a_table_borrows_the_h200s(config_dir):
+    _write(config_dir, _doc())
+    choice = _get(16, device=H100)
+    assert choice.is_tuned and choice.source == "tuned:exact" and choice.config == _get(16).config
+    assert "sm90__NVIDIA_H200.json (borrowed: NVIDIA_H100 has no table" in choice.reason
+    assert "borrowed" not in _get(16).reason  # the H200 itself
+
+
+def test_a_table_of_its_own_comes_before_the_borrowed_one(config_dir):
+    _write(config_dir, _doc())
+    own = tuned_store.new_document("sm90", H100)
+    own["tables"]["decode/scalar/fp8/16x1"] = {"provenance": _prov(gpu_name=H100), "buckets": {
+        "16": dict(config=LaunchConfig(block_n=32, num_warps=2).to_dict(), is_default=False, default_us=10.0,
+                   tuned_us=8.0, trials=5, failures=0)}}
+    _write(config_dir, own)
+    choice = _get(16, device=H100)
+    assert choice.config == LaunchConfig(block_n=32, num_warps=2) and "borrowed" not in choice.reason
+    assert "sm90__NVIDIA_H100.json" in choice.reason
+
+
+def test_no_table_of_its_own_nor_its_lenders(config_dir, monkeypatch):
+    monkeypatch.setattr(tuned_store, "REPO_CONFIG_DIR", config_dir / "empty")
+    choice = _get(16, device=H100)
+    assert not choice.is_tuned and "nor its lender NVIDIA_H200's" in choice.reason
+
+
+def test_a_call_plan_stamp_sees_the_lenders_file_change(config_dir):
+    """Call plans keep their config while their stamp is unchanged: an H100's must notice a new or
+    rewritten H200 table (the one it borrows) and a table of its own appearing."""
+    stamp = loader.TableStamp("sm90", H100)
+    assert stamp.unchanged()
+    path = _write(config_dir, _doc())
+    assert not stamp.unchanged()
+    stamp = loader.TableStamp("sm90", H100)
+    _write(config_dir, _doc(buckets=(1, 16, 64)))
+    _utime_forward(path)
+    assert not stamp.unchanged()
+    stamp = loader.TableStamp("sm90", H100)
+    _write(config_dir, tuned_store.new_document("sm90", H100))
+    assert not stamp.unchanged()
+
+
+def _utime_forward(path):
+    """Move a file's mtime a second on: two writes inside one clock tick keep one mtime."""
+    import os
+
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
 
 
 def test_stale_file_warns_once_and_still_serves(config_dir, monkeypatch):

@@ -344,6 +344,27 @@ def test_a_re_tune_starts_from_the_table_it_replaces(tmp_path):
         assert (keys[1] == config_key(LaunchConfig(**seeded))) == (seed_from == "auto"), (seed_from, keys)
 
 
+def test_a_first_tune_of_a_borrowing_gpu_starts_from_the_borrowed_table(tmp_path, monkeypatch, capsys):
+    """--seed-from auto with no file of its own yet: a GPU that borrows a table (an H100 the H200's;
+    here the interpreter, mapped for the test) seeds its studies with the configs it ran until now."""
+    first = _run(tmp_path, "--kernels", "decode", "--decode-buckets", "2", "--trials", "1")
+    doc = tuned_store.read_document(first)
+    seeded = dict(block_n=32, num_warps=2, num_stages=1, num_splits=2, fused_merge=1)
+    doc["tables"]["decode/scalar/fp8/8x1"]["buckets"]["2"]["config"] = LaunchConfig(**seeded).to_dict()
+    doc["device"] = "NVIDIA_H200"
+    lender_dir = tmp_path / "lender"
+    lender_dir.mkdir()
+    tuned_store.write_document(lender_dir / "sm90__NVIDIA_H200.json", doc)
+    monkeypatch.setenv(tuned_store.CONFIG_DIR_ENV, str(lender_dir))
+    monkeypatch.setitem(tuned_store.BORROWED_TABLES, ("sm90", "cpu_interpreter"), "NVIDIA_H200")
+    argv = TINY + ["--out", str(tmp_path / "fresh"), "--storage", f"sqlite:///{tmp_path / 'b.db'}", "--kernels",
+                   "decode", "--decode-buckets", "2", "--trials", "2"]
+    assert tune.main(argv) == 0
+    assert "seeds from " + str(lender_dir / "sm90__NVIDIA_H200.json") in capsys.readouterr().out
+    keys = [json.loads(key) for _, _, key in sorted(_trials(tmp_path / "b.db"))]  # trial order
+    assert keys[1] == config_key(LaunchConfig(**seeded)), keys
+
+
 def test_seed_from_an_unreadable_file_is_a_clear_error(tmp_path, capsys):
     assert tune.main(TINY + ["--kernels", "decode", "--seed-from", str(tmp_path / "missing.json")]) == 2
     assert capsys.readouterr().err.startswith("msa-tune: --seed-from: cannot read ")
