@@ -315,16 +315,19 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
     grid = _grid(args, arch, device)
     try:  # every path this run writes, now with the GPU's name, before the first trial
         out_path, storage = outputs.check_run_paths(args, arch, device_name)
-        # A re-tune starts from the table it replaces; a first tune of a GPU that borrows a table
-        # (tuned_store.BORROWED_TABLES: an H100 the H200's) from the configs it ran until now.
-        seed_path = out_path if out_path.exists() else loader.borrowed_file(arch, device_name)
-        if args.seed_from == "auto" and seed_path is not None:
-            if seed_path != out_path:
-                print(f"msa-tune: seeds from {seed_path}, the table this GPU borrowed until now")
-            try:
-                args.seed_configs = seed_configs_from(seed_path, "--seed-from auto")
-            except ValueError as exc:
-                raise ValueError(f"{exc} (--seed-from none: tune without it)") from None
+        # A re-tune starts from the tables it replaces: those of the file it writes, and for a GPU that
+        # borrows (tuned_store.BORROWED_TABLES: an H100 the H200's) its lender's, which served it until now.
+        seed_paths = [path for path in (loader.lender_file(arch, device_name), out_path)
+                      if path is not None and path.exists()]
+        if args.seed_from == "auto" and seed_paths:
+            args.seed_configs = {}
+            for seed_path in seed_paths:  # the file it writes last: its tables' configs win
+                if seed_path != out_path:
+                    print(f"msa-tune: seeds from {seed_path}, the table this GPU borrows")
+                try:
+                    args.seed_configs.update(seed_configs_from(seed_path, "--seed-from auto"))
+                except ValueError as exc:
+                    raise ValueError(f"{exc} (--seed-from none: tune without it)") from None
         outputs.create_folders(out_path, storage)  # every check passed: the first thing touched
     except ValueError as exc:
         return _bad(exc)

@@ -2,8 +2,9 @@
 
 Lookup order for (kernel, arch, device, scale mode, KV dtype, head layout, token count):
   1. the file for (arch, normalized device) in $MSA_TUNE_CONFIG_DIR, if set and present, else in
-     the repo's tuned_configs/; for a device with none, the file of the device it borrows from
-     (tuned_store.BORROWED_TABLES: an H100 looks up the H200's), searched the same way;
+     the repo's tuned_configs/; then, for a device that borrows (tuned_store.BORROWED_TABLES: an
+     H100 the H200's), its lender's file, searched the same way, for each table the first file lacks
+     or holds unmeasured;
   2. in its table for (kernel, scale mode, KV dtype, head layout): the exact token bucket, else the
      nearest bucket in log2 space (ties go to the smaller bucket);
   3. else the arch default (codegen.configs.default_config).
@@ -92,28 +93,36 @@ def _file_for(arch: str, device_name: str) -> tuple[pathlib.Path | None, dict | 
     return None, None, f"no tuned-config file {name} in {', '.join(str(d) for d in config_dirs())}"
 
 
-def _document_for(arch: str, device_name: str) -> tuple[pathlib.Path | None, dict | None, str, str]:
-    """(path, document, why not, note): the device's own file, else its lender's
-    (tuned_store.BORROWED_TABLES; the note then says whose table it is, for the choice's reason)."""
+def _documents_for(arch: str, device_name: str) -> tuple[list[tuple[pathlib.Path, dict, str]], str]:
+    """The documents a lookup reads, in order, each with what the choice's reason adds to its path,
+    and why there are fewer than two: the device's own file, then its lender's (tuned_store.
+    BORROWED_TABLES), which serves each table the own file lacks or holds unmeasured."""
+    docs, why_not = [], []
     path, doc, why = _file_for(arch, device_name)
+    if doc is not None:
+        docs.append((path, doc, ""))
+    else:
+        why_not.append(why)
     lent = tuned_store.lender(arch, device_name)
-    if path is not None or lent is None:
-        return path, doc, why, ""
-    path, doc, why_lent = _file_for(arch, lent)
-    if path is None:
-        return None, None, f"{why}, nor its lender {lent}'s", ""
-    own = tuned_store.normalize_device_name(device_name)
-    return path, doc, why_lent, f" (borrowed: {own} has no table, tuned_store.BORROWED_TABLES)"
+    if lent is not None:
+        path, doc, why = _file_for(arch, lent)
+        own = tuned_store.normalize_device_name(device_name)
+        if doc is not None:
+            docs.append((path, doc, f" (borrowed by {own}: tuned_store.BORROWED_TABLES)"))
+        else:
+            why_not.append(f"nor one of its lender {lent} ({why})")
+    return docs, "; ".join(why_not)
 
 
-def borrowed_file(arch: str, device_name: str) -> pathlib.Path | None:
-    """The lender's file a device without a table of its own looks up (None: it has one, or borrows
-    none, or its lender's is missing): where a first tune of that device takes its seeds from."""
-    own, _, _ = _file_for(arch, device_name)
+def lender_file(arch: str, device_name: str) -> pathlib.Path | None:
+    """The file of the device's lender (tuned_store.BORROWED_TABLES) that lookups read where the device's
+    own file has no measured table, if it has a lender and that file loads: a tune of the device seeds
+    the studies of those tables from it."""
     lent = tuned_store.lender(arch, device_name)
-    if own is not None or lent is None:
+    if lent is None:
         return None
-    return _file_for(arch, lent)[0]
+    path, doc, _ = _file_for(arch, lent)
+    return path if doc is not None else None
 
 
 def _mtime(path: str) -> int | None:
@@ -211,16 +220,20 @@ def get_config(kernel: str, arch: str, device_name: str, scale_mode: str, kv_dty
     default = default_config(arch, kernel, num_tokens=num_tokens, num_kv_heads=num_kv_heads, topk=topk)
     if per_token and default.block_t != 1:
         default = dataclasses.replace(default, block_t=1)
-    path, doc, why, note = _document_for(arch, device_name)
-    if doc is None:
+    docs, why = _documents_for(arch, device_name)
+    if not docs:
         return ConfigChoice(default, False, "default", why)
     key = tuned_store.table_key(kernel, scale_mode, kv_dtype, num_q_heads, num_kv_heads)
-    table = doc["tables"].get(key)
-    if table is None:
-        return ConfigChoice(default, False, "default", f"{path}{note} has no table {key}", path=str(path))
-    if not table["provenance"]["measured"]:
-        return ConfigChoice(default, False, "default", f"{path}{note} table {key} holds unmeasured defaults",
-                            path=str(path))
+    held = [(path, note, doc["tables"][key]) for path, doc, note in docs if key in doc["tables"]]
+    measured = [entry for entry in held if entry[2]["provenance"]["measured"]]
+    if not measured:
+        if held:
+            path, note, _ = held[0]
+            return ConfigChoice(default, False, "default", f"{path}{note} table {key} holds unmeasured defaults",
+                                path=str(path))
+        where = ", ".join(f"{path}{note}" for path, _, note in docs)
+        return ConfigChoice(default, False, "default", f"{where} has no table {key}", path=str(docs[0][0]))
+    path, note, table = measured[0]
     _check_stale(path, table, arch, kernel, scale_mode)
     buckets, scope = _path_buckets(table, per_token)
     if not buckets:  # only the other path's studies finished so far

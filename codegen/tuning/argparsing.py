@@ -153,8 +153,8 @@ def tune_parser(description: str) -> Parser:
     p.add_argument("--seed-from", default="auto",
                    help="a tuned-config JSON (e.g. the file before a kernel change): each study tries that "
                         "file's configs for its table first, after the default (they count as trials); 'auto' "
-                        "(default): the file this run writes, when it exists, else the table this GPU borrows "
-                        "(an H100 the H200's); 'none': no seeds")
+                        "(default): the file this run writes, when it exists, and the file this GPU borrows tables from "
+                        "(an H100 the H200's; the own file's tables win); 'none': no seeds")
     p.add_argument("--runner", default=None, help=argparse.SUPPRESS)  # module:function, for tests
     p.add_argument("--heartbeat", type=int, default=10,
                    help="seconds between trial heartbeats; a trial silent for 3 beats is failed and retried "

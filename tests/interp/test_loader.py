@@ -74,26 +74,47 @@ def test_an_h100_without_a_table_borrows_the_h200s(config_dir):
     _write(config_dir, _doc())
     choice = _get(16, device=H100)
     assert choice.is_tuned and choice.source == "tuned:exact" and choice.config == _get(16).config
-    assert "sm90__NVIDIA_H200.json (borrowed: NVIDIA_H100 has no table" in choice.reason
+    assert "sm90__NVIDIA_H200.json (borrowed by NVIDIA_H100" in choice.reason
     assert "borrowed" not in _get(16).reason  # the H200 itself
+
+
+def _own_h100_doc(**tables):
+    doc = tuned_store.new_document("sm90", H100)
+    for key, (config, measured) in tables.items():
+        inputs = loader.current_inputs_sha256("sm90", "decode", key.split("/")[1])
+        doc["tables"][key] = {"provenance": _prov(gpu_name=H100, measured=measured, inputs_sha256=inputs), "buckets": {
+            "16": dict(config=config.to_dict(), is_default=not measured, default_us=10.0 if measured else None,
+                       tuned_us=8.0 if measured else None, trials=5 if measured else 0, failures=0)}}
+    return doc
 
 
 def test_a_table_of_its_own_comes_before_the_borrowed_one(config_dir):
     _write(config_dir, _doc())
-    own = tuned_store.new_document("sm90", H100)
-    own["tables"]["decode/scalar/fp8/16x1"] = {"provenance": _prov(gpu_name=H100), "buckets": {
-        "16": dict(config=LaunchConfig(block_n=32, num_warps=2).to_dict(), is_default=False, default_us=10.0,
-                   tuned_us=8.0, trials=5, failures=0)}}
-    _write(config_dir, own)
+    _write(config_dir, _own_h100_doc(**{"decode/scalar/fp8/16x1": (LaunchConfig(block_n=32, num_warps=2), True)}))
     choice = _get(16, device=H100)
     assert choice.config == LaunchConfig(block_n=32, num_warps=2) and "borrowed" not in choice.reason
     assert "sm90__NVIDIA_H100.json" in choice.reason
 
 
+def test_borrowing_is_per_table(config_dir):
+    """A file of its own with some tables (a partial tune) leaves the others to the lender's file, and so
+    does a table of its own that holds unmeasured defaults: it never hides a measured table."""
+    _write(config_dir, _doc())
+    own = _own_h100_doc(**{"decode/per_token_head/fp8/16x1": (LaunchConfig(block_n=32, num_warps=2), True)})
+    _write(config_dir, own)
+    assert _get(16, device=H100, mode="per_token_head").config == LaunchConfig(block_n=32, num_warps=2)
+    scalar = _get(16, device=H100)
+    assert scalar.config == _get(16).config and "borrowed by NVIDIA_H100" in scalar.reason
+    _write(config_dir, _own_h100_doc(**{"decode/scalar/fp8/16x1": (LaunchConfig(), False)}))
+    assert _get(16, device=H100).config == _get(16).config
+    choice = _get(16, device=H100, mode="per_token_head")  # neither file has it
+    assert not choice.is_tuned and "sm90__NVIDIA_H100.json, " in choice.reason and "has no table" in choice.reason
+
+
 def test_no_table_of_its_own_nor_its_lenders(config_dir, monkeypatch):
     monkeypatch.setattr(tuned_store, "REPO_CONFIG_DIR", config_dir / "empty")
     choice = _get(16, device=H100)
-    assert not choice.is_tuned and "nor its lender NVIDIA_H200's" in choice.reason
+    assert not choice.is_tuned and "nor one of its lender NVIDIA_H200" in choice.reason
 
 
 def test_a_call_plan_stamp_sees_the_lenders_file_change(config_dir):

@@ -363,6 +363,16 @@ def test_a_first_tune_of_a_borrowing_gpu_starts_from_the_borrowed_table(tmp_path
     assert "seeds from " + str(lender_dir / "sm90__NVIDIA_H200.json") in capsys.readouterr().out
     keys = [json.loads(key) for _, _, key in sorted(_trials(tmp_path / "b.db"))]  # trial order
     assert keys[1] == config_key(LaunchConfig(**seeded)), keys
+    # Once it has a file of its own, that file's tables seed their studies, not the lender's.
+    own_file = tmp_path / "fresh" / tuned_store.file_name("sm90", "cpu-interpreter")
+    own = tuned_store.read_document(own_file)
+    mine = dict(block_n=64, num_warps=4, num_stages=3, num_splits=4, fused_merge=0)
+    own["tables"]["decode/scalar/fp8/8x1"]["buckets"]["2"]["config"] = LaunchConfig(**mine).to_dict()
+    tuned_store.write_document(own_file, own)
+    argv[argv.index(f"sqlite:///{tmp_path / 'b.db'}")] = f"sqlite:///{tmp_path / 'c.db'}"
+    assert tune.main(argv) == 0
+    keys = [json.loads(key) for _, _, key in sorted(_trials(tmp_path / "c.db"))]
+    assert keys[1] == config_key(LaunchConfig(**mine)), keys
 
 
 def test_seed_from_an_unreadable_file_is_a_clear_error(tmp_path, capsys):
