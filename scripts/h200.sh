@@ -63,7 +63,7 @@ case $STAGE in
   retune)
     optuna_wheels
     tune "$PWD/tune_studies/sm90__NVIDIA_H200.full.db" tune ${TUNE_ARGS:-}
-    cp tuned_configs/sm90__NVIDIA_H200.json "$OUT/" ;;
+    cp tuned_configs/*.json "$OUT/" ;;  # the H200's; on an H100 its own (sm90__NVIDIA_H100.json) too
   candidates)
     LIST=${2:?candidates: name a list: decode, prefill_tiles or prefill_per_token}
     case $LIST in
@@ -90,7 +90,7 @@ case $STAGE in
     fi
     tune "$PWD/tune_studies/sm90__NVIDIA_H200.db" "tune_$LIST" "${ARGS[@]}" "${CAND[@]}" \
       --precompile-workers "$PREPARERS" ${TUNE_ARGS:-}
-    cp tuned_configs/sm90__NVIDIA_H200.json "$OUT/" ;;
+    cp tuned_configs/*.json "$OUT/" ;;  # the H200's; on an H100 its own (sm90__NVIDIA_H100.json) too
   grid)
     KERNEL=${2:?grid: decode or prefill}
     IFS=';' read -ra FILTERS <<< "${FILTER:-$KERNEL}"  # ';' between filters: a label filter has spaces
