@@ -195,6 +195,7 @@ def _device(args) -> tuple[str, str | None]:
 
 def _list(args, arch: str, device_name: str | None, grid: list) -> int:
     """--list: what would be tuned and where it would go; touches nothing."""
+    from codegen import tuned_store
     from codegen.tuning.outputs import run_paths
     from codegen.tuning.storage import display_url
 
@@ -203,6 +204,8 @@ def _list(args, arch: str, device_name: str | None, grid: list) -> int:
         print(f"msa-tune: no GPU here; on a GPU this writes {out_path} (DEVICE: the GPU's normalized name)")
     else:
         print(f"msa-tune: will write {out_path}")
+        if (lent := tuned_store.lender(arch, device_name)) is not None:
+            print(f"msa-tune: until then this GPU runs {lent}'s tables (tuned_store.BORROWED_TABLES), table by table")
     print(f"msa-tune: studies in {display_url(storage) if args.storage else storage}")  # <DEVICE> unescaped
     print(f"msa-tune: {len(grid)} buckets, up to {args.trials} trials each")
     for b in grid:

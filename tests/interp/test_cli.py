@@ -168,6 +168,16 @@ def test_list_needs_no_gpu_and_touches_nothing(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err.startswith("msa-tune: no GPU found.")
 
 
+@pytest.mark.parametrize("gpu,borrows", [("NVIDIA H100 80GB HBM3", True), ("NVIDIA H200", False)])
+def test_list_says_whose_tables_a_gpu_runs_until_tuned(gpu, borrows, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(tune, "_device", lambda args: ("sm90", gpu))
+    monkeypatch.chdir(tmp_path)
+    assert tune.main(["--list", "--kernels", "decode", "--decode-buckets", "1", "--layouts", "tp8"]) == 0
+    out = capsys.readouterr().out
+    assert ("until then this GPU runs NVIDIA_H200's tables" in out) == borrows, out
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_list_shows_the_per_token_buckets_after_the_tiled_ones_of_each_step(tmp_path, capsys):
     listed = lambda: [line.strip() for line in capsys.readouterr().out.splitlines()  # noqa: E731
                       if line.startswith("  ")]
