@@ -320,9 +320,9 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
         out_path, storage = outputs.check_run_paths(args, arch, device_name)
         # A re-tune starts from the tables it replaces: those of the file it writes, and for a GPU that
         # borrows (tuned_store.BORROWED_TABLES: an H100 the H200's) its lender's, which served it until now.
-        seed_paths = [path for path in (loader.lender_file(arch, device_name), out_path)
-                      if path is not None and path.exists()]
-        if args.seed_from == "auto" and seed_paths:
+        seed_paths = [] if args.seed_from != "auto" else [
+            path for path in (loader.lender_file(arch, device_name), out_path) if path is not None and path.exists()]
+        if seed_paths:
             args.seed_configs = {}
             for seed_path in seed_paths:  # the file it writes last: its tables' configs win
                 if seed_path != out_path:
