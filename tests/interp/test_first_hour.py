@@ -74,7 +74,7 @@ def test_every_output_path_is_checked_and_named(tmp_path, capsys, where):
     assert tune.main([*ISSUE_COMMAND, "--trials", "1", "--out", str(out), "--storage", f"sqlite:///{storage}"]) == 2
     captured = capsys.readouterr()
     assert captured.err.startswith(line) and captured.err.count("\n") == 1, captured.err
-    assert not (tmp_path / "db" / "study.db").exists()
+    assert not storage.exists(), "a refused run creates no study"
 
 
 def _claims(db: pathlib.Path) -> list:

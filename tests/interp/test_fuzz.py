@@ -121,10 +121,13 @@ def test_the_command_fails_on_too_few_cases_and_bad_arguments(capsys):
     ok = dict(seed=1, case="decode x", ok=True, rel_l2=0.0, worst_row=0.0, gate=0.1, seconds=0.1, failure="")
     assert fuzz_run._summary([ok], [], 1, 0.0) == 0
     assert fuzz_run._summary([ok], ["worker 0 ended with -11 during seed 9"], 1, 0.0) == 1
-    for argv in (["--seconds", "0"], ["--seed", "-1"], ["--workers", "0"]):
+    for argv, said in ((["--seconds", "0"], "--seconds: expected a positive number"),
+                       (["--seed", "-1"], "--seed: expected a seed >= 0"),
+                       (["--workers", "0"], "--workers: expected a positive number")):
         with pytest.raises(SystemExit) as exit_info:
             fuzz_run.main(argv)
         assert exit_info.value.code == 2
+        assert said in capsys.readouterr().err, argv  # the argument's own check, not any argparse error
 
 
 def test_oracle_counts_a_repeated_entry_twice_and_zeroes_a_row_with_no_key():

@@ -222,4 +222,4 @@ def test_a_step_plan_takes_the_same_rule(tuned_table, launched, monkeypatch):
         out = step.run(a["q"], a["kv_cache"], a["topk_idx"], a["output"], a["k_scale"], a["v_scale"])
         assert compare(out, want, gate_dtype(a["q"].dtype, None)).ok
     assert launched == [PER_TOKEN] and len(_only_plan().launches) == 1
-    torch.testing.assert_close(out, a["output"])
+    assert out is a["output"]  # written in place and returned, as vLLM expects

@@ -3,6 +3,7 @@
 - TRITON_INTERPRET=1 in the environment does not turn tests/static into skips (tests/static/conftest.py).
 - tests/gpu, which CI cannot run, still collects its tests.
 Each runs pytest in a child process, as CI does."""
+import importlib.util
 import os
 import pathlib
 import re
@@ -55,6 +56,22 @@ def test_in_ci_a_suite_that_only_skipped_fails(tmp_path, files):
     assert f"CI=true: every test of tests/{suite} was skipped" in ci.stdout, ci.stdout
     local = _pytest("-q", "tests", cwd=project)  # outside CI a skip stays a skip
     assert local.returncode == 0, local.stdout + local.stderr
+
+
+def test_in_ci_the_vllm_suite_without_vllm_fails_though_some_tests_ran(tmp_path):
+    """As tests/vllm is: test_hook.py runs without vLLM, test_plugin.py skips itself without it. This
+    interpreter's environment (.venv) has no vLLM, so the child's session lacks it."""
+    spec = importlib.util.find_spec("vllm")  # tests/vllm itself, a namespace package, when tests/ is on sys.path
+    assert spec is None or spec.origin is None, "this test needs an environment without vLLM (.venv)"
+    project = _project(tmp_path, {"vllm/test_plugin.py": SKIPPED_MODULE, "vllm/test_hook.py": RUNS})
+    ci = _pytest("-q", "tests", cwd=project, CI="true")
+    assert ci.returncode == 1, ci.stdout + ci.stderr
+    assert "CI=true: tests/vllm ran without 'vllm' importable" in ci.stdout, ci.stdout
+    local = _pytest("-q", "tests", cwd=project)
+    assert local.returncode == 0, local.stdout + local.stderr
+    (tmp_path / "other").mkdir()
+    other = _project(tmp_path / "other", {"static/test_gates.py": RUNS})  # a suite that needs nothing
+    assert _pytest("-q", "tests", cwd=other, CI="true").returncode == 0
 
 
 def test_in_ci_a_suite_with_one_test_that_ran_passes(tmp_path):

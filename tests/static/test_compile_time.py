@@ -20,6 +20,8 @@ def test_the_gpu_suites_configs_compile_under_the_limit(family):
                 for launch in static.launches_for("sm90", family, "scalar", "fp8", 64, 4, config, source="gpu-suite")]
     reports = static.report_many(launches, jobs=2)
     assert len(reports) >= len(gpu_suite.suite_configs()[family])
+    failed = [f"{r.launch_id}: {r.error}" for r in reports if r.error is not None or not r.registers]
+    assert not failed, f"did not compile (a failure's compile_seconds is only the time to it): {failed}"
     slow = [f"{r.launch_id}: {r.compile_seconds} s" for r in reports
             if r.compile_seconds is None or r.compile_seconds > static.COMPILE_SECONDS_LIMIT]
     assert not slow, f"over the {static.COMPILE_SECONDS_LIMIT:g} s compile limit: {slow}"
