@@ -7,16 +7,19 @@ import torch
 from codegen import vllm_plugin, warmup
 
 
+class _FakeDevice:
+    type = "cuda"
+
+
+ONE_GPU = _FakeDevice()  # one device for every fake q: the warm-up's key holds the device too
+
+
 class _FakeCuda:
     """What _warm_up reads of q: its device type, shape and dtype."""
 
-    def __init__(self, shape, dtype=torch.bfloat16):
-        self.device = _FakeDevice()
+    def __init__(self, shape, dtype=torch.bfloat16, device=ONE_GPU):
+        self.device = device
         self.shape, self.dtype = shape, dtype
-
-
-class _FakeDevice:
-    type = "cuda"
 
 
 @pytest.fixture
@@ -43,8 +46,12 @@ def test_once_per_layout_with_the_call_s_shapes(calls):
     assert kw["layouts"] == ((16, 1),) and kw["modes"] == (("scalar", "fp8"),)
     assert kw["query_lens"] == (1, 2) and kw["max_model_len"] == 1024 * 128 and kw["q_dtype"] == "bf16"
     assert kw["workers"] == 1
+    _warm(_FakeCuda((8, 16, 128)), query_len=2)  # another q of the same layout and device: warm already
+    assert len(calls) == 1
     _warm(_FakeCuda((4, 64, 128)))  # another layout: its own warm-up
-    assert len(calls) == 2
+    assert len(calls) == 2 and calls[1]["layouts"] == ((64, 1),)
+    _warm(_FakeCuda((4, 64, 128), device=_FakeDevice()))  # another GPU of the process: its own too
+    assert len(calls) == 3
 
 
 def test_switched_off_and_skipped_off_the_model_s_shapes(calls, monkeypatch):
