@@ -135,10 +135,24 @@ def test_unfolded_baseline_gpu(arch, kernel, layout):
         _check(case, config, fold_scales=False)
 
 
-def test_prefill_auto_selection_in_a_cuda_graph(arch):
+def test_prefill_auto_selection_in_a_cuda_graph(arch, monkeypatch):
     """selection='auto' decides on the device: one captured call, replayed on correlated then on
-    random selections (same shapes), takes the tiled path, then the per-token one, right both times."""
+    random selections (same shapes), takes the tiled path, then the per-token one, right both times.
+    Both paths compute the same output, so each replay's path is read off the offsets its two launches
+    read (the decision launch gives the call's to one, zeros to the other)."""
+    from codegen import api
     from codegen.selection import choose_tiles
+
+    offsets = {}  # block_t of a captured launch -> the cu_seqlens tensor it reads
+    real = api.load_module
+
+    class Spy:
+        def __init__(self, module):
+            self.module = module
+
+        def launch(self, *args, **kwargs):
+            offsets[args[-1].block_t] = args[4]  # cu_seqlens_q; the config is the last positional argument
+            return self.module.launch(*args, **kwargs)
 
     kw = dict(arch=arch, q_lens=[256, 64], prefix_lens=[60000, 3000], num_q_heads=16, num_kv_heads=1,
               q_dtype=torch.bfloat16, device="cuda", future_prob=0.0)
@@ -146,15 +160,21 @@ def test_prefill_auto_selection_in_a_cuda_graph(arch):
     config = gpu_suite.PREFILL_TILES
     cases.run_kernel(case, config=config, selection="auto")  # compile outside the capture
     torch.cuda.synchronize()
+    monkeypatch.setattr(api, "load_module", lambda *a: Spy(real(*a)))  # a capture builds its own launches
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         cases.run_kernel(case, config=config, selection="auto")
+    assert sorted(offsets) == [1, 4], offsets
     for pattern, tiles in (("correlated", True), ("random", False), ("correlated", True)):
         fresh = cases.prefill_case(pattern=pattern, seed=2, **kw)
         a = fresh.args
         assert bool(choose_tiles(a["topk_idx"], 4, "scalar", a["cu_seqlens_q"], a["prefix_lens"])) is tiles
         result = _replay_on(graph, case, fresh)
         assert result.ok, f"replay on {pattern} selections: {result}"
+        cu = case.args["cu_seqlens_q"]
+        zeros = torch.zeros_like(cu)
+        assert torch.equal(offsets[4], cu if tiles else zeros), f"{pattern}: the tiles got {offsets[4].tolist()}"
+        assert torch.equal(offsets[1], zeros if tiles else cu), f"{pattern}: the walk got {offsets[1].tolist()}"
 
 
 @pytest.mark.parametrize("mode,kv_dtype", [("scalar", "fp8"), ("per_token_head", "fp8"), ("none", "bf16")])
