@@ -8,6 +8,7 @@ tests do (the own block again) unless `tail` asks for -1, stale or out-of-range 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
@@ -295,6 +296,33 @@ def run_kernel(case: Case, **kw):
 
     fn = sparse_attn_prefill if case.kernel == "prefill" else sparse_attn_decode
     return fn(**case.args, **kw)
+
+
+@contextlib.contextmanager
+def prefill_launch_offsets():
+    """Yields {block_t: the cu_seqlens_q tensor that launch reads} for the prefill launches of the call
+    plans built inside the block (a cached plan builds nothing: codegen.plan.forget_plans() first, or
+    capture a CUDA graph). With selection='auto' the decision fills them, after the call or each replay:
+    the call's offsets for the path taken, zeros for the other. Both paths compute the same output, so
+    accuracy alone cannot tell which one ran."""
+    from . import api
+
+    offsets: dict[int, torch.Tensor] = {}
+    real = api.load_module
+
+    class _Spy:
+        def __init__(self, module):
+            self._module = module
+
+        def launch(self, *args, **kwargs):
+            offsets[args[-1].block_t] = args[4]  # cu_seqlens_q; the config is the last positional argument
+            return self._module.launch(*args, **kwargs)
+
+    api.load_module = lambda *a: _Spy(real(*a))
+    try:
+        yield offsets
+    finally:
+        api.load_module = real
 
 
 def run_reference(case: Case, dtype=torch.float64, *, on_device: bool = False, chunk_tokens: int = 64):

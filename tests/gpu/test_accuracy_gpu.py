@@ -135,24 +135,12 @@ def test_unfolded_baseline_gpu(arch, kernel, layout):
         _check(case, config, fold_scales=False)
 
 
-def test_prefill_auto_selection_in_a_cuda_graph(arch, monkeypatch):
+def test_prefill_auto_selection_in_a_cuda_graph(arch):
     """selection='auto' decides on the device: one captured call, replayed on correlated then on
     random selections (same shapes), takes the tiled path, then the per-token one, right both times.
     Both paths compute the same output, so each replay's path is read off the offsets its two launches
     read (the decision launch gives the call's to one, zeros to the other)."""
-    from codegen import api
     from codegen.selection import choose_tiles
-
-    offsets = {}  # block_t of a captured launch -> the cu_seqlens tensor it reads
-    real = api.load_module
-
-    class Spy:
-        def __init__(self, module):
-            self.module = module
-
-        def launch(self, *args, **kwargs):
-            offsets[args[-1].block_t] = args[4]  # cu_seqlens_q; the config is the last positional argument
-            return self.module.launch(*args, **kwargs)
 
     kw = dict(arch=arch, q_lens=[256, 64], prefix_lens=[60000, 3000], num_q_heads=16, num_kv_heads=1,
               q_dtype=torch.bfloat16, device="cuda", future_prob=0.0)
@@ -160,9 +148,8 @@ def test_prefill_auto_selection_in_a_cuda_graph(arch, monkeypatch):
     config = gpu_suite.PREFILL_TILES
     cases.run_kernel(case, config=config, selection="auto")  # compile outside the capture
     torch.cuda.synchronize()
-    monkeypatch.setattr(api, "load_module", lambda *a: Spy(real(*a)))  # a capture builds its own launches
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with cases.prefill_launch_offsets() as offsets, torch.cuda.graph(graph):  # a capture builds its own launches
         cases.run_kernel(case, config=config, selection="auto")
     assert sorted(offsets) == [1, 4], offsets
     for pattern, tiles in (("correlated", True), ("random", False), ("correlated", True)):

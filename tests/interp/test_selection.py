@@ -79,30 +79,20 @@ def test_a_launch_on_zeroed_offsets_writes_nothing():
 
 
 @pytest.mark.parametrize("pattern,tiles", [("correlated", True), ("random", False)])
-def test_auto_runs_the_chosen_path_and_matches_the_reference(pattern, tiles, monkeypatch):
+def test_auto_runs_the_chosen_path_and_matches_the_reference(pattern, tiles):
     """The device's decision hands the call's offsets to one launch and zeros to the other (both paths
     compute the same output, so the reference alone cannot tell which one ran)."""
-    from codegen import api, plan
+    from codegen import api, modules, plan
 
-    offsets = {}  # block_t of a launch -> the cu_seqlens tensor it reads (filled by the decision launch)
-    real = api.load_module
-
-    class Spy:
-        def __init__(self, module):
-            self.module = module
-
-        def launch(self, *args, **kwargs):
-            offsets[args[-1].block_t] = args[4]  # cu_seqlens_q; the config is the last positional argument
-            return self.module.launch(*args, **kwargs)
-
-    monkeypatch.setattr(api, "load_module", lambda *a: Spy(real(*a)))
-    plan.forget_plans()  # the spy sees the launches of a plan built here
     case = _case(pattern, seed=3)
     a = case.args
     assert bool(choose_tiles(a["topk_idx"], 4, "scalar", a["cu_seqlens_q"], a["prefix_lens"])) is tiles
     config = LaunchConfig(block_n=32, block_t=4)
     case.poison()
-    out = cases.run_kernel(case, arch="sm90", config=config, selection="auto")
+    plan.forget_plans()  # the call builds its plan inside the block
+    with cases.prefill_launch_offsets() as offsets:
+        out = cases.run_kernel(case, arch="sm90", config=config, selection="auto")
+    assert api.load_module is modules.load_module, "the spy is gone after the block"
     result = compare(out, cases.run_reference(case), gate_dtype(case.args["q"].dtype, config))
     assert result.ok, f"{pattern}: {result}"
     cu, zeros = a["cu_seqlens_q"], torch.zeros_like(a["cu_seqlens_q"])
