@@ -57,6 +57,36 @@ def check_int(name: str, value, *, minimum: int) -> int:
     return int(value)
 
 
+# The spellings an on/off environment variable takes (any case); MSA_TUNE_VLLM adds prefill/decode.
+ENV_ON, ENV_OFF = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
+
+
+def env_switch(name: str, *, default: bool) -> bool:
+    """An on/off environment variable; unset or empty: `default`. Any other spelling is an error, not
+    silently the default (MSA_TUNE_CHECK_VALUES=yes once left the checks off)."""
+    raw = os.environ.get(name, "")
+    value = raw.strip().lower()
+    if not value:
+        return default
+    if value in ENV_ON or value in ENV_OFF:
+        return value in ENV_ON
+    raise ValueError(f"{name}: expected one of {', '.join(ENV_ON + ENV_OFF)}, got {raw!r}")
+
+
+def env_int(name: str, *, default: int, minimum: int) -> int:
+    """An integer environment variable; unset or empty: `default`."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value}")
+    return value
+
+
 def check_sm_scale(sm_scale) -> float:
     if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
         raise TypeError(f"sm_scale: expected a float, got {type(sm_scale).__name__}")
@@ -298,4 +328,6 @@ def check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_
         num_reqs = agreed_num_reqs(seq_lens=seq_lens, query_start_loc=query_start_loc, block_table=block_table)
         check_tensor("token_to_req_indices", token_to_req_indices, ndim=1, dtypes=(torch.int32,), device=device, layout="[total_q]")
         check_shape("token_to_req_indices", token_to_req_indices, (q.shape[0],), "[total_q]")
+        # Unused here (query_start_loc gives the rows), but still an argument of the call and its plan's key.
+        check_int("decode_query_len", decode_query_len, minimum=1)
     return num_reqs

@@ -38,10 +38,11 @@ def values_checked() -> bool:
 
 
 def read_environment() -> bool:
-    """Reads MSA_TUNE_CHECK_VALUES now (only "1" turns the check on); for a change made after the
-    first call, e.g. os.environ set in a running interpreter."""
+    """Reads MSA_TUNE_CHECK_VALUES now (1/on/true/yes turn the check on; unset, 0/off/false/no leave it
+    off; anything else is a ValueError naming it); for a change made after the first call, e.g.
+    os.environ set in a running interpreter."""
     global _enabled
-    _enabled = os.environ.get(ENV) == "1"
+    _enabled = validate.env_switch(ENV, default=False)
     return _enabled
 
 

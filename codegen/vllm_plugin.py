@@ -14,9 +14,10 @@ Environment:
   MSA_TUNE_WARMUP     1 (default): at the first call of a head layout and cache type (in vLLM's
                       start-up profile run) compile every kernel the tuned table can pick for it
                       (codegen.warmup), so that no request waits for a compile; 0: compile on
-                      first use instead.
+                      first use instead (also on/off, true/false, yes/no; any other value: no
+                      warm-up, and the log's warning names the variable).
   MSA_TUNE_WARMUP_WORKERS  compile processes for that warm-up (default 1: in the worker itself,
-                      no other CUDA context while vLLM measures its memory).
+                      no other CUDA context while vLLM measures its memory; an int >= 1).
 Everything it decides is said once in vLLM's log (logger `vllm.plugins.msa_tune`).
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ import threading
 
 import torch
 
-from .validate import HEAD_DIM_RULE, head_dim_ok
+from .validate import ENV_OFF, ENV_ON, HEAD_DIM_RULE, env_int, env_switch, head_dim_ok
 from .variants import get_arch
 from .vllm_hook import PackagePatcher
 
@@ -74,11 +75,11 @@ def _say_once(level: int, key, message: str, *args) -> None:
 def _kernels_switched_on() -> tuple[str, ...] | str:
     """The kernels to route, or why none."""
     value = os.environ.get(ENV_SWITCH, "1").strip().lower()
-    if value in ("1", "on", "true", "yes"):
+    if value in ENV_ON:
         return ("prefill", "decode")
     if value in ("prefill", "decode"):
         return (value,)
-    if value in ("0", "off", "false", "no", ""):
+    if value in ENV_OFF + ("",):
         return f"{ENV_SWITCH}={value!r}: turned off"
     return f"{ENV_SWITCH}={value!r} is none of 1, 0, prefill, decode: turned off"
 
@@ -176,7 +177,7 @@ def _warm_up(arch, q, kv_cache, num_kv_heads, scale_mode, kv_dtype: str, topk: i
         if key in _said:
             return
         _said.add(key)
-    if os.environ.get(ENV_WARMUP, "1") == "0" or q.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+    if not env_switch(ENV_WARMUP, default=True) or q.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return
     if q.shape[-1] != 128 or topk != 16:  # the warm-up builds MiniMax-M3's shapes
         _logger().info("msa-tune: no warm-up for head_dim %d, top-k %d (it covers 128 and 16)", q.shape[-1], topk)
@@ -187,7 +188,7 @@ def _warm_up(arch, q, kv_cache, num_kv_heads, scale_mode, kv_dtype: str, topk: i
     q_dtype = next(name for name, dtype in DTYPES.items() if dtype == q.dtype)
     report = warmup(layouts=((q.shape[1], num_kv_heads),), modes=((scale_mode, kv_dtype),),
                     query_lens=tuple(sorted({1, query_len})), max_model_len=block_table.shape[1] * 128,
-                    workers=int(os.environ.get(ENV_WARMUP_WORKERS, "1")), device=q.device, q_dtype=q_dtype,
+                    workers=env_int(ENV_WARMUP_WORKERS, default=1, minimum=1), device=q.device, q_dtype=q_dtype,
                     progress=False)
     _logger().info("msa-tune: %s (%d/%d heads, %s %s cache)%s", report, q.shape[1], num_kv_heads, scale_mode,
                    kv_dtype, "".join(f"; failed: {what}: {err}" for what, err in report.failed[:3]))

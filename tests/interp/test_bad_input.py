@@ -144,6 +144,16 @@ def test_varlen_needs_both_tensors():
     _raises(sparse_attn_decode, args, ValueError, r"^token_to_req_indices: required when query_start_loc", arch="sm90")
 
 
+def test_varlen_still_checks_decode_query_len():
+    """query_start_loc gives varlen decode its rows; decode_query_len goes unused, but not unchecked."""
+    case, args = _decode()
+    varlen = dict(query_start_loc=torch.tensor([0, 1, 2], dtype=torch.int32),
+                  token_to_req_indices=torch.tensor([0, 1], dtype=torch.int32))
+    for bad, error in (("abc", TypeError), (2.5, TypeError), (True, TypeError), (0, ValueError), (-3, ValueError)):
+        _raises(sparse_attn_decode, dict(args, decode_query_len=bad, **varlen), error, r"^decode_query_len: expected",
+                arch="sm90")
+
+
 def test_wrong_output_dtype():
     case, args = _decode()
     args["output"] = torch.full(args["output"].shape, float("nan"), dtype=torch.float64)

@@ -61,3 +61,22 @@ def test_switched_off_and_skipped_off_the_model_s_shapes(calls, monkeypatch):
     _warm(_FakeCuda((4, 8, 64)))  # head_dim 64: not MiniMax-M3's
     _warm(_FakeCuda((4, 8, 128)), topk=4)
     assert calls == []
+
+
+def test_a_bad_switch_or_worker_count_is_named_not_ignored(calls, monkeypatch):
+    """MSA_TUNE_WARMUP takes on/off spellings; another value, or a worker count that is no int >= 1,
+    warms nothing: a ValueError naming the variable, which the plugin logs as its warning while the
+    call itself goes on (_say_table)."""
+    monkeypatch.setenv(vllm_plugin.ENV_WARMUP, "off")
+    _warm(_FakeCuda((4, 16, 128)))
+    assert calls == []
+    for name, value, said in ((vllm_plugin.ENV_WARMUP, "maybe", "MSA_TUNE_WARMUP: expected one of"),
+                              (vllm_plugin.ENV_WARMUP_WORKERS, "abc", "MSA_TUNE_WARMUP_WORKERS: expected an int >= 1"),
+                              (vllm_plugin.ENV_WARMUP_WORKERS, "0", "MSA_TUNE_WARMUP_WORKERS: expected an int >= 1")):
+        monkeypatch.delenv(vllm_plugin.ENV_WARMUP, raising=False)
+        monkeypatch.setenv(name, value)
+        monkeypatch.setattr(vllm_plugin, "_said", set())
+        with pytest.raises(ValueError, match=said):
+            _warm(_FakeCuda((4, 16, 128)))
+        monkeypatch.delenv(name)
+    assert calls == []

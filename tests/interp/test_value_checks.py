@@ -26,6 +26,13 @@ def checking(monkeypatch):
     value_checks._enabled = None
 
 
+def test_the_switch_takes_on_off_spellings_and_names_itself_otherwise(checking):
+    assert checking("yes") is True and checking(" On ") is True and checking("1") is True
+    assert checking("off") is False and checking("0") is False and checking("") is False and checking(None) is False
+    with pytest.raises(ValueError, match="^MSA_TUNE_CHECK_VALUES: expected one of 1, on, true, yes, 0, off"):
+        checking("maybe")
+
+
 def _prefill(**change):
     # Request 0: a 5-token prompt; request 1: 6 new tokens after a cached prefix of 600 (606 keys).
     case = cases.prefill_case(arch="sm90", q_lens=[5, 6], prefix_lens=[0, 600], num_q_heads=8, num_kv_heads=2,
@@ -155,7 +162,7 @@ def test_unset_means_values_are_never_read(checking, monkeypatch):
     monkeypatch.setattr(value_checks, "_host", lambda x: entered.append(x) or x)
     sparse_attn_decode(**dict(_decode(), seq_lens=_i32([-5, 700])), arch="sm90")
     assert entered == []
-    assert [checking(value) for value in ("0", "", "yes", "1")] == [False, False, False, True]  # only "1"
+    assert [checking(value) for value in ("0", "", "no", "1")] == [False, False, False, True]
 
 
 def test_the_environment_is_read_at_the_first_call_of_a_process(tmp_path):
