@@ -163,6 +163,27 @@ DEFAULT_CALLS = 20
 SELECTION_COLUMNS = ("tiled", "per_token", "auto")  # prefill's `selection` argument
 
 
+NAMED_COLUMNS = ("runtime", "untuned", "unfolded") + SELECTION_COLUMNS
+
+
+def column_problem(variant: str) -> str | None:
+    """Why `variant` is no column --configs takes (checked before any GPU work), or None."""
+    if variant in NAMED_COLUMNS or variant == "ws":
+        return None
+    if variant.startswith("ws:"):
+        rows = variant.partition(":")[2]
+        return None if rows.isdigit() and int(rows) > 0 else f"{variant!r}: ws:N needs a positive int N"
+    try:
+        overrides = json.loads(variant)
+        if not isinstance(overrides, dict):
+            raise TypeError(f"expected a JSON object, got {type(overrides).__name__}")
+        LaunchConfig.from_dict(overrides, what="override")  # field names and int values
+    except (ValueError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
+        return (f"{variant!r} is none of {', '.join(NAMED_COLUMNS)}, ws, ws:N, or a JSON object of "
+                f"LaunchConfig fields ({exc})")
+    return None
+
+
 def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[LaunchConfig | None, dict]:
     """(the config a column runs, the keyword arguments of its call). 'runtime': what the API does
     by itself (config=None: the loader's tuned entry when a file matches; prefill's selection
@@ -286,6 +307,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     columns = args.configs or GRID_COLUMNS.get(args.grid, DEFAULT_COLUMNS)
     calls = args.calls if args.calls is not None else GRID_CALLS.get(args.grid, DEFAULT_CALLS)
+    # Checked before any GPU work: a typo used to surface as a traceback after the ceilings' measurement.
+    for variant in columns:
+        if (problem := column_problem(variant)) is not None:
+            parser.error(f"--configs: {problem}")
+    if calls < 1:
+        parser.error(f"--calls: expected an int >= 1, got {calls}")
+    specs = [s for s in grid(args.grid)
+             if any(f in s.label for f in args.filter) and not any(x in s.label for x in args.exclude)]
+    if not specs:
+        parser.error(f"--filter {args.filter} / --exclude {args.exclude}: no case of the {args.grid} grid left")
     if gpu_missing(parser.prog):
         return NO_GPU
     started = time.perf_counter()
@@ -306,8 +337,6 @@ def main(argv=None) -> int:
           f"copy {env['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {env['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s, "
           f"an empty one-launch call {env['empty_launch_us']:.2f} us")
     rows, wall_s = [], {}
-    specs = [s for s in grid(args.grid)
-             if any(f in s.label for f in args.filter) and not any(x in s.label for x in args.exclude)]
     header = f"{'case':58s} {'config':>18s} {'us/call':>9s} {'%HBM':>6s} {'%bf16':>6s} {'rel_l2':>8s}"
     print(header)
     for spec in specs:

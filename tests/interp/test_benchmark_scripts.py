@@ -49,6 +49,13 @@ def test_without_a_gpu_one_line_and_exit_1(script, args):
 
 @pytest.mark.parametrize("script, args, start", [
     ("bench.py", ["--bogus"], "bench.py: unrecognized arguments: --bogus"),
+    # bench.py's own checks come before the GPU check: exit 2 here, not 1
+    ("bench.py", ["--configs", "runtime", "runtme"], "bench.py: --configs: 'runtme' is none of runtime, untuned"),
+    ("bench.py", ["--configs", "ws:abc"], "bench.py: --configs: 'ws:abc': ws:N needs a positive int N"),
+    ("bench.py", ["--configs", '{"blockn": 1}'], "bench.py: --configs: '{\"blockn\": 1}' is none of"),
+    ("bench.py", ["--configs", '{"block_n": 64.0}'], "bench.py: --configs: '{\"block_n\": 64.0}' is none of"),
+    ("bench.py", ["--calls", "0"], "bench.py: --calls: expected an int >= 1, got 0"),
+    ("bench.py", ["--filter", "no such case"], "bench.py: --filter ['no such case'] / --exclude []: no case"),
     ("host_cost.py", ["--calls", "0"], "host_cost.py: argument --calls: expected an int >= 1, got 0"),
     ("host_cost.py", ["--tree", "/nonexistent"], "host_cost.py: --tree: /nonexistent is not a checkout"),
     ("host_cost.py", ["--compare", "/nonexistent.json", HOST_JSON], "host_cost.py: /nonexistent.json: cannot read it"),
