@@ -344,16 +344,26 @@ def cold_start(layouts: str = "tp1,tp4") -> dict:
 def main(argv=None) -> int:
     parser = Parser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the scalar rows only")
-    parser.add_argument("--calls", type=int, default=200, help="back-to-back calls per repeat (default: %(default)s)")
+    parser.add_argument("--calls", type=int, default=None, help="back-to-back calls per repeat (default: 200)")
     parser.add_argument("--tree", help="import codegen from this checkout instead (e.g. the previous main)")
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="print two runs side by side")
     parser.add_argument("--cold-start", action="store_true", help="first-call times with and without warm-up")
     parser.add_argument("--components", action="store_true", help="per-part host time of a planned call")
     args = parser.parse_args(argv)
+    # What each mode reads: --compare only its two files; --cold-start this checkout's first calls (--out).
+    given = [name for name, value in (("--quick", args.quick), ("--calls", args.calls is not None),
+                                      ("--tree", args.tree), ("--out", args.out), ("--cold-start", args.cold_start),
+                                      ("--components", args.components)) if value]
+    if args.compare and given:
+        parser.error(f"--compare prints two runs side by side; it takes none of {', '.join(given)}")
+    if args.cold_start and set(given) - {"--cold-start", "--out"}:
+        parser.error(f"--cold-start times this checkout's first calls; it takes none of "
+                     f"{', '.join(g for g in given if g not in ('--cold-start', '--out'))}")
     if args.compare:
         print(compare(*(read_json(parser, path, keys=("rows",)) for path in args.compare)))
         return 0
+    args.calls = 200 if args.calls is None else args.calls
     if args.calls < 1:
         parser.error(f"argument --calls: expected an int >= 1, got {args.calls}")
     if args.tree and not (pathlib.Path(args.tree) / "codegen").is_dir():

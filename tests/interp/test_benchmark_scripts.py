@@ -57,6 +57,10 @@ def test_without_a_gpu_one_line_and_exit_1(script, args):
     ("bench.py", ["--calls", "0"], "bench.py: --calls: expected an int >= 1, got 0"),
     ("bench.py", ["--filter", "no such case"], "bench.py: --filter ['no such case'] / --exclude []: no case"),
     ("host_cost.py", ["--calls", "0"], "host_cost.py: argument --calls: expected an int >= 1, got 0"),
+    ("host_cost.py", ["--cold-start", "--tree", REPO], "host_cost.py: --cold-start times this checkout's first calls; "
+                                                       "it takes none of --tree"),
+    ("host_cost.py", ["--compare", HOST_JSON, HOST_JSON, "--quick"], "host_cost.py: --compare prints two runs side "
+                                                                      "by side; it takes none of --quick"),
     ("host_cost.py", ["--tree", "/nonexistent"], "host_cost.py: --tree: /nonexistent is not a checkout"),
     ("host_cost.py", ["--compare", "/nonexistent.json", HOST_JSON], "host_cost.py: /nonexistent.json: cannot read it"),
     ("report.py", [], "report.py: the following arguments are required: bench_json"),
