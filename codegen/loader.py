@@ -62,6 +62,9 @@ def config_dirs() -> list[pathlib.Path]:
     dirs = []
     override = os.environ.get(tuned_store.CONFIG_DIR_ENV)
     if override:
+        if not os.path.isdir(override):  # a typo would otherwise fall back to the repository's tables unsaid
+            _warn_once(override, f"{tuned_store.CONFIG_DIR_ENV} names no folder; only {tuned_store.REPO_CONFIG_DIR} "
+                                 f"is read")
         dirs.append(pathlib.Path(override))
     dirs.append(tuned_store.REPO_CONFIG_DIR)
     return dirs

@@ -44,6 +44,21 @@ def _get(tokens, device="NVIDIA H200 NVL", mode="scalar"):
     return get_config("decode", "sm90", device, mode, "fp8", 16, 1, tokens)
 
 
+def test_an_override_that_names_no_folder_is_said(config_dir, monkeypatch):
+    """A typo in MSA_TUNE_CONFIG_DIR: the repository's tables still serve, with one warning naming it."""
+    missing = config_dir / "no-such-folder"
+    monkeypatch.setenv(tuned_store.CONFIG_DIR_ENV, str(missing))
+    with pytest.warns(RuntimeWarning, match=f"{missing}: {tuned_store.CONFIG_DIR_ENV} names no folder"):
+        _get(16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once a process, not once a lookup
+        _get(16)
+    monkeypatch.setenv(tuned_store.CONFIG_DIR_ENV, str(config_dir))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an existing folder, even an empty one, is said nothing of
+        _get(16)
+
+
 def test_exact_bucket(config_dir):
     _write(config_dir, _doc())
     choice = _get(16)
