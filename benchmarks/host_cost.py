@@ -357,9 +357,9 @@ def main(argv=None) -> int:
                                       ("--components", args.components)) if value]
     if args.compare and given:
         parser.error(f"--compare prints two runs side by side; it takes none of {', '.join(given)}")
-    if args.cold_start and set(given) - {"--cold-start", "--out"}:
-        parser.error(f"--cold-start times this checkout's first calls; it takes none of "
-                     f"{', '.join(g for g in given if g not in ('--cold-start', '--out'))}")
+    ignored = [name for name in given if name not in ("--cold-start", "--out")]
+    if args.cold_start and ignored:
+        parser.error(f"--cold-start times this checkout's first calls; it takes none of {', '.join(ignored)}")
     if args.compare:
         print(compare(*(read_json(parser, path, keys=("rows",)) for path in args.compare)))
         return 0

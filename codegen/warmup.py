@@ -206,6 +206,8 @@ def check_arguments(*, layouts, modes, kernels, query_lens, max_model_len: int, 
         if len(pair) != 2 or pair[0] not in SCALE_MODES or pair[1] not in KV_DTYPES:
             raise ValueError(f"{option('modes')}: expected scale_mode:kv_dtype pairs of {SCALE_MODES} and "
                              f"{KV_DTYPES}, got {':'.join(pair)!r}")
+        if pair[0] != "none" and pair[1] != "fp8":  # as tune.py's --modes: scales come with an fp8 cache
+            raise ValueError(f"{option('modes')}: scale mode {pair[0]!r} needs an fp8 cache, got {':'.join(pair)!r}")
     bad = sorted(set(kernels) - set(TUNABLE_KERNELS))
     if bad:
         raise ValueError(f"{option('kernels')}: expected names from {TUNABLE_KERNELS}, got {bad}")

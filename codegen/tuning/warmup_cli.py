@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 from .argparsing import Parser, items
-from .buckets import parse_modes
 
 
 def _parser() -> Parser:
@@ -40,7 +39,7 @@ def _arguments(args) -> dict:
     if not all(n.isdigit() for n in query_lens):
         raise ValueError(f"--query-lens: expected comma-separated integers, got {args.query_lens!r}")
     kwargs = dict(layouts=tuple(items("--layouts", args.layouts)),
-                  modes=tuple(parse_modes(args.modes)),  # tune.py's rule: scales need an fp8 cache
+                  modes=tuple(tuple(pair.split(":")) for pair in items("--modes", args.modes)),
                   kernels=tuple(items("--kernels", args.kernels)), query_lens=tuple(int(n) for n in query_lens),
                   max_model_len=args.max_model_len, workers=args.workers)
     warmup.check_arguments(**kwargs, option=lambda name: "--" + name.replace("_", "-"))

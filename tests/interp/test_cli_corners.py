@@ -177,7 +177,7 @@ def test_paths_are_checked_before_the_gpu(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.parametrize("argv,code,line", [
     (["--layouts", "tp3"], 2, "msa-tune: --layouts: expected names from ['tp1', 'tp2', 'tp4', 'tp8']"),
-    (["--modes", "scalar"], 2, "msa-tune: --modes: expected items MODE:KV_DTYPE with MODE in"),
+    (["--modes", "scalar"], 2, "msa-tune: --modes: expected scale_mode:kv_dtype pairs"),
     (["--modes", "scalar:bf16"], 2, "msa-tune: --modes: scale mode 'scalar' needs an fp8 cache, got 'scalar:bf16'"),
     (["--query-lens", "1,,2"], 2, "msa-tune: --query-lens: expected a comma list without empty items"),
     (["--max-model-len", "0"], 2, "msa-tune: --max-model-len: expected a positive token count, got 0"),
