@@ -44,6 +44,11 @@ class LaunchConfig:
         tile (templates/prefill_ws.py.jinja): 128 rows a program (block_t = 128 // GQA), a page a
         step (block_n 128), 8 MMA warps fed fp16 K/V by 4 converter warps (num_warps 8 counts the
         MMA warps; num_stages 2: the fp8 and fp16 rings; kv_upcast 2: fp16 MMAs; kv_tma 1).
+    v_early: decode only, with num_stages 1; 1 = each slice's V (and per_token_head's column
+        scales) is loaded beside its K, before the scores, instead of after the softmax: a one-slice
+        program's V load no longer waits behind QK and the softmax (results/h100/check-and-v-early),
+        at the price of V's registers held across them. With num_stages > 1 the pipeliner already
+        issues the next slices' loads ahead, so it is refused there.
     convert_rows: with warp_specialize only; rows of a K/V page the converter warps convert at a
         time (fewer: fewer registers, more barriers). 0 without warp_specialize.
     waves_per_eu, matrix_instr_nonkdim, kpack: gfx942 only (0 / 0 / 1 mean "backend default").
@@ -59,6 +64,7 @@ class LaunchConfig:
     kv_upcast: int = 0
     kv_tma: int = 1
     warp_specialize: int = 0
+    v_early: int = 0
     convert_rows: int = 0
     waves_per_eu: int = 0
     matrix_instr_nonkdim: int = 0
@@ -148,6 +154,13 @@ def validate_config(config: LaunchConfig, *, arch: str, kernel: str, topk: int |
         raise ValueError(f"config.kv_tma: expected 0 (plain loads) or 1 (TMA where available), got {config.kv_tma}")
     if not 1 <= config.num_stages <= 8:
         raise ValueError(f"config.num_stages: expected 1..8, got {config.num_stages}")
+    if config.v_early not in (0, 1):
+        raise ValueError(f"config.v_early: expected 0 (V loaded after the softmax) or 1 (beside K), got {config.v_early}")
+    if config.v_early and kernel != "decode":
+        raise ValueError("config.v_early: a decode-only parameter, leave it 0 for prefill")
+    if config.v_early and config.num_stages != 1:
+        raise ValueError(f"config.v_early: 1 needs num_stages 1 (with {config.num_stages} stages the pipeliner "
+                         "loads the next slices' V ahead already), got num_stages {config.num_stages}")
     if kernel == "prefill" and (config.num_splits != 1 or config.merge_num_warps != LaunchConfig.merge_num_warps):
         raise ValueError("config.num_splits / config.merge_num_warps: decode-only parameters, leave them at their defaults for prefill")
     if config.num_splits < 1 or (topk is not None and config.num_splits > topk):

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_none (arch=gfx942, kernel=decode_split, scale_mode=none)
-# inputs-sha256: d3ce017aa7c81ae5a7d5e54809903c9bfc110e007e33faf8684bd0b9b69363e8
+# inputs-sha256: dbd65d893f340d81d26d5d14285cf922a29b900451754a3d000e1670129b9d96
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -39,6 +39,7 @@ def _msa_decode_split_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_CHUNK: tl.constexpr,
     FUSED_MERGE: tl.constexpr, KV_UPCAST: tl.constexpr, VARLEN: tl.constexpr, USE_PDL: tl.constexpr,
     KV_TMA: tl.constexpr, MASK_ALL_SLICES: tl.constexpr,
+    V_EARLY: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     t = tl.program_id(0).to(tl.int64)
@@ -105,6 +106,10 @@ def _msa_decode_split_kernel(
         k = tl.load(
             kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
             + (0 + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+        if V_EARLY:
+            v = tl.load(
+                kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
         if KV_UPCAST == 1:
             k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
         s = tl.dot(q, tl.trans(k.to(q.dtype)))
@@ -118,9 +123,10 @@ def _msa_decode_split_kernel(
         alpha = tl.exp2(m_i - m_shift)
         p = tl.exp2(s * qk_scale - m_shift[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(
-            kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
-            + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+        if not V_EARLY:
+            v = tl.load(
+                kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
         if KV_UPCAST == 1:
             v = v.to(tl.float32)
         v = v.to(q.dtype)
@@ -243,7 +249,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 KV_UPCAST=config.kv_upcast,
                 VARLEN=varlen, USE_PDL=False, KV_TMA=kv_tma,
                 MASK_ALL_SLICES=(not kv_tma and not varlen and decode_query_len > 1
-                                 and config.kv_upcast != 3))
+                                 and config.kv_upcast != 3),
+                V_EARLY=bool(config.v_early))
 
 
 def options(config):
@@ -298,4 +305,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'd3ce017aa7c81ae5a7d5e54809903c9bfc110e007e33faf8684bd0b9b69363e8'
+INPUTS_SHA256 = 'dbd65d893f340d81d26d5d14285cf922a29b900451754a3d000e1670129b9d96'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_per_token_head (arch=gfx942, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: b6cd31beb3041820627451a56e7afebf7b9a9cb1fc10a66a6ae2aab6783ffbd0
+# inputs-sha256: b8e621852e260304525a2f7177525842213ab6f3597f0d69491673394d094e71
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -41,6 +41,7 @@ def _msa_decode_split_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_CHUNK: tl.constexpr,
     FUSED_MERGE: tl.constexpr, KV_UPCAST: tl.constexpr, VARLEN: tl.constexpr, USE_PDL: tl.constexpr,
     KV_TMA: tl.constexpr, MASK_ALL_SLICES: tl.constexpr,
+    V_EARLY: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     t = tl.program_id(0).to(tl.int64)
@@ -110,12 +111,20 @@ def _msa_decode_split_kernel(
         k = tl.load(
             kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
             + (0 + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+        if V_EARLY:
+            v = tl.load(
+                kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+            scale_slot = page.to(tl.int64) * PAGE + sub + offs_n
+            k_sc = tl.load(ks_row_ptr + scale_slot * stride_ks_t, mask=visible, other=0.0)
+            v_sc = tl.load(vs_row_ptr + scale_slot * stride_vs_t, mask=visible, other=0.0)
         if KV_UPCAST == 1:
             k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
         s = tl.dot(q, tl.trans(k.to(q.dtype)))
         # Per-token K scale on the [rows, BLOCK_N] score tile, not the K tile.
-        scale_slot = page.to(tl.int64) * PAGE + sub + offs_n
-        k_sc = tl.load(ks_row_ptr + scale_slot * stride_ks_t, mask=visible, other=0.0)
+        if not V_EARLY:
+            scale_slot = page.to(tl.int64) * PAGE + sub + offs_n
+            k_sc = tl.load(ks_row_ptr + scale_slot * stride_ks_t, mask=visible, other=0.0)
         s = s * (qk_scale * k_sc)[None, :]
         if MASK_ALL_SLICES:
             s = tl.where(visible[None, :], s, float("-inf"))
@@ -127,13 +136,15 @@ def _msa_decode_split_kernel(
         alpha = tl.exp2(m_i - m_shift)
         p = tl.exp2(s - m_shift[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(
-            kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
-            + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+        if not V_EARLY:
+            v = tl.load(
+                kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
         # Per-token V scale on the probability tile (l_i stays unscaled). With fp16 MMAs P takes
         # v_sc over the slice's largest |scale| (|ratio| <= 1: never overflows fp16) and acc stays
         # in that largest value's units (acc_unit), moved to this slice's by the alpha multiply.
-        v_sc = tl.load(vs_row_ptr + scale_slot * stride_vs_t, mask=visible, other=0.0)
+        if not V_EARLY:
+            v_sc = tl.load(vs_row_ptr + scale_slot * stride_vs_t, mask=visible, other=0.0)
         if KV_UPCAST == 2:
             v_top = tl.max(tl.abs(v_sc), axis=0)
             v_top = tl.where(v_top > 0.0, v_top, 1.0)
@@ -265,7 +276,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 KV_UPCAST=config.kv_upcast,
                 VARLEN=varlen, USE_PDL=False, KV_TMA=kv_tma,
                 MASK_ALL_SLICES=(not kv_tma and not varlen and decode_query_len > 1
-                                 and config.kv_upcast != 3))
+                                 and config.kv_upcast != 3),
+                V_EARLY=bool(config.v_early))
 
 
 def options(config):
@@ -322,4 +334,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'b6cd31beb3041820627451a56e7afebf7b9a9cb1fc10a66a6ae2aab6783ffbd0'
+INPUTS_SHA256 = 'b8e621852e260304525a2f7177525842213ab6f3597f0d69491673394d094e71'

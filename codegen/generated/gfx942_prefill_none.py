@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: 3f3378f362ceeb1527cb85cd495e4bbf2ed5d13eda001b80e31938c217f482df
+# inputs-sha256: d7fa621753c1a93a10ed599a1f41b8ff74b5dc281dae6d1e2ee3e86dd49f4f0a
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -315,4 +315,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '3f3378f362ceeb1527cb85cd495e4bbf2ed5d13eda001b80e31938c217f482df'
+INPUTS_SHA256 = 'd7fa621753c1a93a10ed599a1f41b8ff74b5dc281dae6d1e2ee3e86dd49f4f0a'

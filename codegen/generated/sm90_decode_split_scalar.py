@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: c85b374c56009f7f96714286235e43e77f7ced3af1d1270fdbe281eb5250b4e6
+# inputs-sha256: 5b4f8a50ad6df7c175473a5f8f6d74ccc3e70c9aab7a843b5175c04530aed263
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -40,6 +40,7 @@ def _msa_decode_split_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_CHUNK: tl.constexpr,
     FUSED_MERGE: tl.constexpr, KV_UPCAST: tl.constexpr, VARLEN: tl.constexpr, USE_PDL: tl.constexpr,
     KV_TMA: tl.constexpr, V_CVT_ASM: tl.constexpr, MASK_ALL_SLICES: tl.constexpr,
+    V_EARLY: tl.constexpr,
 ):
     SUBTILES: tl.constexpr = PAGE // BLOCK_N
     if USE_PDL:
@@ -121,6 +122,13 @@ def _msa_decode_split_kernel(
             k = tl.load(
                 kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
                 + (0 + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+        if V_EARLY:
+            if KV_TMA:
+                v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
+            else:
+                v = tl.load(
+                    kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                    + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
         if KV_UPCAST == 1:
             k = k.to(tl.float32)  # fp8 -> fp32 -> MMA dtype: other instructions than fp8 -> bf16
         s = tl.dot(q, tl.trans(k.to(q.dtype)))
@@ -134,12 +142,13 @@ def _msa_decode_split_kernel(
         alpha = tl.exp2(m_i - m_shift)
         p = tl.exp2(s * qk_scale - m_shift[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if KV_TMA:
-            v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
-        else:
-            v = tl.load(
-                kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
-                + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
+        if not V_EARLY:
+            if KV_TMA:
+                v = kv_desc.load([page.to(tl.int32), g, sub.to(tl.int32), HEAD_DIM]).reshape(BLOCK_N, HEAD_DIM)
+            else:
+                v = tl.load(
+                    kv_head_ptr + page.to(tl.int64) * stride_kv_b + (sub + offs_n)[:, None] * stride_kv_t
+                    + (HEAD_DIM + offs_d[None, :]) * stride_kv_d, mask=visible[:, None], other=0.0)
         if KV_UPCAST == 1:
             v = v.to(tl.float32)
         if V_CVT_ASM:
@@ -332,7 +341,8 @@ def constexprs(*, num_q_heads, num_kv_heads, head_dim, topk, config, varlen=Fals
                 V_CVT_ASM=config.kv_upcast == 3,
                 VARLEN=varlen, USE_PDL=use_pdl, KV_TMA=kv_tma,
                 MASK_ALL_SLICES=(not kv_tma and not varlen and decode_query_len > 1
-                                 and config.kv_upcast != 3))
+                                 and config.kv_upcast != 3),
+                V_EARLY=bool(config.v_early))
 
 
 def options(config):
@@ -387,4 +397,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'c85b374c56009f7f96714286235e43e77f7ced3af1d1270fdbe281eb5250b4e6'
+INPUTS_SHA256 = '5b4f8a50ad6df7c175473a5f8f6d74ccc3e70c9aab7a843b5175c04530aed263'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: 2d51b006f472f482afab70621fd3da0b965d4ffce96d5911f0347e5192762156
+# inputs-sha256: ebc78e766f96220eb58543a96ecd37b28ec831c1abdb5b8eef0d6101b6716d4a
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -653,4 +653,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = '2d51b006f472f482afab70621fd3da0b965d4ffce96d5911f0347e5192762156'
+INPUTS_SHA256 = 'ebc78e766f96220eb58543a96ecd37b28ec831c1abdb5b8eef0d6101b6716d4a'

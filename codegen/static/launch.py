@@ -187,6 +187,8 @@ def config_label(arch: str, kernel: str, config: LaunchConfig) -> str:
         parts.append(f"sp{config.num_splits}" + ("fm" if config.fuses_merge else ""))
     if config.kv_upcast:
         parts.append(f"up{config.kv_upcast}")
+    if config.v_early:
+        parts.append("ve")
     if get_arch(arch).amd_knobs:
         parts += [f"wpe{config.waves_per_eu}", f"mi{config.matrix_instr_nonkdim}", f"kp{config.kpack}"]
     return " ".join(parts)

@@ -16,8 +16,9 @@ _PREFILL = {"block_t": (1, 2, 4, 8)}
 # Decode on sm90 reads pages through TMA boxes: a 4th stage keeps three slices in flight. One warp:
 # the softmax over a slice's keys needs no reduction across warps (the kernel runs below what its
 # page stream allows, results/h200/decode-stream); bn32/bn64 fit without spills (unmeasured).
+# v_early: V beside K in an unpipelined loop (LaunchConfig.v_early), asked only at num_stages 1.
 _DECODE = {"num_splits": (1, 2, 4, 8, 16), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2, 3, 4),
-           "fused_merge": (0, 1), "merge_num_warps": (1, 2, 4)}
+           "fused_merge": (0, 1), "merge_num_warps": (1, 2, 4), "v_early": (0, 1)}
 _FP8 = {"kv_upcast": (0, 1, 2)}  # how fp8 K/V reach the MMAs (configs.KV_UPCAST_MODES)
 _AMD = {"waves_per_eu": (0, 1, 2, 4), "matrix_instr_nonkdim": (16, 32), "kpack": (1, 2)}
 _TMA = {"kv_tma": (1, 0)}  # archs with TMA: descriptors or plain loads (configs.LaunchConfig.kv_tma)
@@ -84,6 +85,8 @@ def normalize(config: LaunchConfig) -> LaunchConfig:
         config = dataclasses.replace(config, fused_merge=LaunchConfig.fused_merge)
     if not config.launches_merge:
         config = dataclasses.replace(config, merge_num_warps=LaunchConfig.merge_num_warps)
+    if config.num_stages != 1:  # v_early exists only unpipelined (validate_config refuses it with stages)
+        config = dataclasses.replace(config, v_early=LaunchConfig.v_early)
     return config
 
 
@@ -120,8 +123,9 @@ def enumerate_space(arch: str, kernel: str, *, num_q_heads: int, num_kv_heads: i
 
 
 def _asked(name: str, values: dict) -> bool:
-    """fused_merge only matters with splits, merge_num_warps only with a merge kernel; the Gluon tile
-    (warp_specialize 1) has convert_rows as its only knob, which nothing else has."""
+    """fused_merge only matters with splits, merge_num_warps only with a merge kernel, v_early only at
+    num_stages 1; the Gluon tile (warp_specialize 1) has convert_rows as its only knob, which nothing
+    else has."""
     if values.get("warp_specialize") == 1:
         return name == "convert_rows"
     if name == "convert_rows":
@@ -130,6 +134,8 @@ def _asked(name: str, values: dict) -> bool:
         return values.get("num_splits", 1) > 1
     if name == "merge_num_warps":
         return values.get("num_splits", 1) > 1 and not values.get("fused_merge", 0)
+    if name == "v_early":
+        return values.get("num_stages") == 1
     return True
 
 
