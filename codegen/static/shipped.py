@@ -42,7 +42,7 @@ def _default_launches() -> list[StaticLaunch]:
 
 def _design_launches() -> list[StaticLaunch]:
     """The launch options no default uses but the tuner may pick (fp8 upcast paths, the fused
-    decode merge), compiled once per arch and fp8 scale mode at the TP4 layout (16/1); and the
+    decode merge, v_early), compiled once per arch and fp8 scale mode at the TP4 layout (16/1); and the
     warp-specialized prefill tile (_ws_design_launches)."""
     launches = []
     for arch in ARCHS:
@@ -56,6 +56,13 @@ def _design_launches() -> list[StaticLaunch]:
             for upcast in (0, 2, 3) if ARCHS[arch].fp8_cvt_asm else (0, 2):
                 launches += launches_for(arch, "decode", scale_mode, "fp8", 16, 1,
                                          dataclasses.replace(base, kv_upcast=upcast), source="design")
+            # v_early (V beside K, unpipelined): a one-slice program, the form the candidate lists hold.
+            one_slice = LaunchConfig(block_n=128, num_warps=8, num_stages=1, num_splits=16, fused_merge=1,
+                                     kv_upcast=3 if ARCHS[arch].fp8_cvt_asm else 0, v_early=1)
+            if ARCHS[arch].amd_knobs:
+                one_slice = dataclasses.replace(one_slice, **{k: getattr(base, k) for k in
+                                                              ("waves_per_eu", "matrix_instr_nonkdim", "kpack")})
+            launches += launches_for(arch, "decode", scale_mode, "fp8", 16, 1, one_slice, source="design")
     return launches + _ws_design_launches()
 
 

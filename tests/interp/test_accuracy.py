@@ -82,6 +82,29 @@ def test_decode_one_slice_programs(arch, mode, kv_dtype, shape, kv_tma):
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("mode,kv_dtype", MODES)
+@pytest.mark.parametrize("shape,variant", [
+    # one slice a program, plain loads; many slices (partial ones), a merge kernel, TMA boxes on sm90
+    ("uniform_spec_q4", dict(block_n=PAGE_SIZE, num_splits=SMALL["topk"], fused_merge=1, kv_tma=0)),
+    ("varlen_padded", dict(block_n=32, num_splits=2, kv_tma=1)),
+], ids=["one_slice", "slices"])
+def test_decode_v_early(arch, mode, kv_dtype, shape, variant):
+    """v_early 1: V and per_token_head's column scales loaded beside K (num_stages 1)."""
+    case = cases.decode_case(arch=arch, kv_dtype=kv_dtype, scale_mode=mode, seed=13, **DECODE_SHAPES[shape], **SMALL)
+    _check(case, arch, _config(arch, num_stages=1, v_early=1, **variant))
+
+
+@pytest.mark.parametrize("mode,kv_dtype", [("scalar", "fp8"), ("per_token_head", "fp8")])
+@pytest.mark.parametrize("kv_upcast", [1, 3])
+def test_decode_v_early_with_fp8_conversions(mode, kv_dtype, kv_upcast):
+    """v_early with V through fp32 (1) or converted before its transpose (3, the interpreter's `.to()`)."""
+    case = cases.decode_case(arch="sm90", kv_dtype=kv_dtype, scale_mode=mode, seed=17, **DECODE_SHAPES["uniform_q1"],
+                             **SMALL)
+    _check(case, "sm90", _config("sm90", block_n=32, num_stages=1, num_splits=2, fused_merge=1, kv_upcast=kv_upcast,
+                                 v_early=1, kv_tma=0))
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
 @pytest.mark.parametrize("kernel", ["prefill", "decode"])
 def test_full_head_dim_and_topk(arch, kernel):
     """The model's own head_dim 128 and topk 16 (fewer tokens to stay fast)."""

@@ -11,6 +11,7 @@ import torch
 
 import codegen
 from codegen import LaunchConfig, cases, sparse_attn_decode, sparse_attn_prefill
+from codegen.configs import validate_config
 
 REPO = pathlib.Path(codegen.__file__).resolve().parent.parent
 
@@ -219,6 +220,17 @@ def test_a_launch_config_object_gets_the_type_checks_a_dict_gets(fields, message
         LaunchConfig.from_dict(fields)
     with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):  # replace() builds a new object too
         dataclasses.replace(LaunchConfig(), **fields)
+
+
+@pytest.mark.parametrize("kernel, fields, message", [
+    ("decode", dict(v_early=2), "config.v_early: expected 0 (V loaded after the softmax) or 1 (beside K), got 2"),
+    ("decode", dict(v_early=1, num_stages=2), "config.v_early: 1 needs num_stages 1"),
+    ("prefill", dict(v_early=1, num_stages=1), "config.v_early: a decode-only parameter"),
+])
+def test_v_early_is_refused_where_it_does_not_apply(kernel, fields, message):
+    """Never silently dropped: with stages the pipeliner's order would win, and prefill has no such branch."""
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        validate_config(LaunchConfig(**fields), arch="sm90", kernel=kernel)
 
 
 # --- issue 38: the API's corners on the CPU
