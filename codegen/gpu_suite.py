@@ -43,6 +43,15 @@ def decode_upcast(kv_upcast: int) -> tuple[LaunchConfig, ...]:
             LaunchConfig(block_n=64, num_splits=8, fused_merge=1, kv_upcast=kv_upcast))
 
 
+def decode_v_early(kv_dtype: str, fp8_cvt_asm: bool) -> tuple[LaunchConfig, ...]:
+    """v_early 1 (V beside K, unpipelined): a one-slice program of 8 warps (the candidate lists' form,
+    kv_upcast 3 where the arch has it) and a 64-key walk of several slices a program."""
+    upcast = (3 if fp8_cvt_asm else 0) if kv_dtype == "fp8" else 0
+    return (LaunchConfig(block_n=128, num_warps=8, num_stages=1, num_splits=16, fused_merge=1, kv_upcast=upcast,
+                         v_early=1),
+            LaunchConfig(block_n=64, num_stages=1, num_splits=4, fused_merge=1, v_early=1))
+
+
 # NaN past the sequence, prefill: (block_t, block_n, kv_upcast for fp8). block_t 8 with 8 warps
 # stays: it is the one tile that zeroes NaN in the fp8 -> fp16 conversion at the widest tile.
 PREFILL_NAN = ((1, 128, 3), (4, 128, 3), (4, 64, 2), (8, 64, 3))
@@ -60,6 +69,7 @@ def suite_configs() -> dict[str, list[LaunchConfig]]:
     for upcast in (1, 2):
         prefill += prefill_upcast(upcast)
         decode += decode_upcast(upcast)
+    decode += decode_v_early("fp8", True) + decode_v_early("bf16", True)
     for block_t, block_n, upcast in PREFILL_NAN:
         prefill.append(prefill_nan_config(block_t, block_n, upcast, "fp8"))
         prefill.append(prefill_nan_config(block_t, block_n, upcast, "bf16"))

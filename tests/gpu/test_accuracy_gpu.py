@@ -10,6 +10,8 @@ from codegen.gpu_suite, so tests share compiled kernels (a cold Triton cache com
 (config, specialization) once, 1-3 s with ptxas).
 """
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -18,6 +20,7 @@ from codegen.accuracy import compare
 from codegen.shapes import SERVING_LAYOUTS
 from codegen.tuned_store import REPO_CONFIG_DIR
 from codegen.validate import detect_device_arch
+from codegen.variants import get_arch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
@@ -81,6 +84,26 @@ def test_decode_gpu(arch, mode, kv_dtype, layout, config, shape):
     out = _check(case, config)
     real = case.args["q"].shape[0] - {"uniform_q1": 0, "uniform_q4": 3, "varlen_padded": 5}[shape]
     assert torch.equal(out[real:], torch.zeros_like(out[real:]))
+
+
+@pytest.mark.parametrize("mode,kv_dtype", MODES)
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("kv_tma", [0, 1])
+@pytest.mark.parametrize("shape", ["uniform_q1", "uniform_q4", "varlen_padded"])
+def test_decode_v_early_gpu(arch, mode, kv_dtype, layout, kv_tma, shape):
+    """v_early 1 (LaunchConfig.v_early): V and per_token_head's column scales loaded beside K, by TMA
+    boxes or plain loads, one slice a program and several; fresh random inputs."""
+    hq, hkv = LAYOUTS[layout]
+    kw = dict(arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode,
+              q_dtype=torch.bfloat16, device="cuda", seed=21 + kv_tma)
+    if shape == "uniform_q1":
+        case = cases.decode_case(seq_lens=[9000, 130, 2100, 40000], **kw)
+    elif shape == "uniform_q4":
+        case = cases.decode_case(seq_lens=[5000, 2100], decode_query_len=4, padded_rows=3, **kw)
+    else:
+        case = cases.decode_case(seq_lens=[3000, 70, 0, 2500], varlen_q_lens=[3, 1, 0, 2], padded_rows=5, **kw)
+    for config in gpu_suite.decode_v_early(kv_dtype, get_arch(arch).fp8_cvt_asm):
+        _check(case, dataclasses.replace(config, kv_tma=kv_tma))
 
 
 @pytest.mark.parametrize("config", [gpu_suite.DECODE_UNFUSED, gpu_suite.DECODE_FUSED], ids=["unfused", "fused"])
