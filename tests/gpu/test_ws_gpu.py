@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from codegen import cases, gpu_suite
+from codegen import plan as call_plans
 from codegen.accuracy import compare
 from codegen.configs import ws_config
 from codegen.shapes import SERVING_LAYOUTS
@@ -86,7 +87,27 @@ def test_ws_correlated_auto(arch, mode, layout):
     ref = _reference(case)
     case.poison_past_the_end()
     hq, hkv = SERVING_LAYOUTS[layout]
-    _check(case, ws_config(gqa=hq // hkv), ref, selection="auto")
+    config = ws_config(gqa=hq // hkv)
+    call_plans.forget_plans()  # the call builds its plan inside the spy
+    with cases.prefill_launch_offsets() as offsets:
+        _check(case, config, ref, selection="auto")
+    # Both paths are right, so which one ran is read off the per-token launch's offsets: zeros when the
+    # Gluon tile's plan launch kept the call (shared pages), the call's own when it gave it away.
+    assert torch.equal(offsets[1], torch.zeros_like(offsets[1])), \
+        f"correlated selections went to the per-token walk: it read offsets {offsets[1].tolist()}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ws_random_after_long_prefixes_goes_per_token(arch, mode):
+    """The other side of the decision: selections scattered over long prefixes share few pages, so the
+    Gluon tile's plan launch gives the call to the per-token walk (its launch reads the call's offsets)."""
+    case = _case(arch, mode, "tp4", q_lens=[256, 64], prefix_lens=[60000, 3000], pattern="random", future_prob=0.0,
+                 tail="own", inner_junk=0.0, seed=6)
+    call_plans.forget_plans()
+    with cases.prefill_launch_offsets() as offsets:
+        _check(case, ws_config(gqa=16), selection="auto")
+    assert torch.equal(offsets[1], case.args["cu_seqlens_q"]), \
+        f"random selections after long prefixes stayed on the Gluon tile: the per-token walk read {offsets[1].tolist()}"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -95,11 +116,15 @@ def test_ws_bound_and_graph(arch, mode):
     rebuilt for the new cache address); a CUDA graph captured on one input set replays on another."""
     config = ws_config(gqa=16)
     first = _case(arch, mode, "tp1", seed=11)
+    call_plans.forget_plans()
     _check(first, config, selection="tiled")
+    (built,) = call_plans.PLANS._plans.values()
     second = _case(arch, mode, "tp1", seed=12)  # same shapes, other tensors: the bound path
     ref = _reference(second)
     second.poison_past_the_end()
     _check(second, config, ref, selection="tiled")
+    (reused,) = call_plans.PLANS._plans.values()
+    assert reused is built, "the second call of the shape built a new plan instead of running the bound one"
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         cases.run_kernel(first, config=config, selection="tiled")
