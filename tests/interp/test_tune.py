@@ -306,7 +306,7 @@ def test_studies_are_seeded_with_the_neighbouring_buckets_winners(tmp_path):
     assert len(queued) == 2  # `far` is outside this (restricted) space
     assert queued[0]["block_n"] == default_for(bucket).block_n
     assert queued[1] == {"block_n": 32, "num_warps": 8, "num_stages": 1, "num_splits": 4, "fused_merge": 1,
-                         "kv_upcast": 2, "kv_tma": 1}
+                         "kv_upcast": 2, "kv_tma": 1, "v_early": 0}  # v_early: asked at num_stages 1
     seed(study, bucket, {config_key(c) for c in space}, lambda: neighbours)
     assert len(study.get_trials(deepcopy=False)) == 2, "a study is seeded once"
 
