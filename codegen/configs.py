@@ -160,7 +160,7 @@ def validate_config(config: LaunchConfig, *, arch: str, kernel: str, topk: int |
         raise ValueError("config.v_early: a decode-only parameter, leave it 0 for prefill")
     if config.v_early and config.num_stages != 1:
         raise ValueError(f"config.v_early: 1 needs num_stages 1 (with {config.num_stages} stages the pipeliner "
-                         "loads the next slices' V ahead already), got num_stages {config.num_stages}")
+                         f"loads the next slices' V ahead already), got num_stages {config.num_stages}")
     if kernel == "prefill" and (config.num_splits != 1 or config.merge_num_warps != LaunchConfig.merge_num_warps):
         raise ValueError("config.num_splits / config.merge_num_warps: decode-only parameters, leave them at their defaults for prefill")
     if config.num_splits < 1 or (topk is not None and config.num_splits > topk):

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 55164144882da0931229e1d2ba92e19c20bd40ba44c246434a0988f7f38c46a9
+# inputs-sha256: 75f89ff3182ddcc4a4b360b10f4c99b4d8a1aec825d66806336a0e857e43dc38
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -11,6 +11,8 @@ fp32) and its base-2 log-sum-exp, which the merge kernel reduces (a second launc
 FUSED_MERGE, the last split program of the (token, KV head) to finish: it counts arrivals on an
 int32 counter and resets it after merging, so the counters are zero again for the next call.
 Grid and buffers depend only on shapes and the config, so the launch can be captured in a CUDA graph.
+A rendering may pass 400 lines (per_token_head: its column scales are loaded at either of v_early's
+two places): it is written by `python -m codegen render` from the templates, never edited.
 """
 import torch
 import triton
@@ -312,4 +314,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '55164144882da0931229e1d2ba92e19c20bd40ba44c246434a0988f7f38c46a9'
+INPUTS_SHA256 = '75f89ff3182ddcc4a4b360b10f4c99b4d8a1aec825d66806336a0e857e43dc38'

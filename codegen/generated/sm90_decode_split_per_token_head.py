@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: 79bab233d910b1b1ec16c4238d4ab414d8489094822aef42fb88b1eab54462d2
+# inputs-sha256: c20ae3bb8c4f5448e9cd763b014be2a3064641c50ad111eea341c4c641443158
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -11,6 +11,8 @@ fp32) and its base-2 log-sum-exp, which the merge kernel reduces (a second launc
 FUSED_MERGE, the last split program of the (token, KV head) to finish: it counts arrivals on an
 int32 counter and resets it after merging, so the counters are zero again for the next call.
 Grid and buffers depend only on shapes and the config, so the launch can be captured in a CUDA graph.
+A rendering may pass 400 lines (per_token_head: its column scales are loaded at either of v_early's
+two places): it is written by `python -m codegen render` from the templates, never edited.
 """
 import torch
 import triton
@@ -412,4 +414,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '79bab233d910b1b1ec16c4238d4ab414d8489094822aef42fb88b1eab54462d2'
+INPUTS_SHA256 = 'c20ae3bb8c4f5448e9cd763b014be2a3064641c50ad111eea341c4c641443158'

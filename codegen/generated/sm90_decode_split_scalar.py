@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 5b4f8a50ad6df7c175473a5f8f6d74ccc3e70c9aab7a843b5175c04530aed263
+# inputs-sha256: 6680cd38780ff0fcb50d75fa668b70ac377e0d84c8425f24cff657eef35e393b
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -11,6 +11,8 @@ fp32) and its base-2 log-sum-exp, which the merge kernel reduces (a second launc
 FUSED_MERGE, the last split program of the (token, KV head) to finish: it counts arrivals on an
 int32 counter and resets it after merging, so the counters are zero again for the next call.
 Grid and buffers depend only on shapes and the config, so the launch can be captured in a CUDA graph.
+A rendering may pass 400 lines (per_token_head: its column scales are loaded at either of v_early's
+two places): it is written by `python -m codegen render` from the templates, never edited.
 """
 import torch
 import triton
@@ -397,4 +399,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '5b4f8a50ad6df7c175473a5f8f6d74ccc3e70c9aab7a843b5175c04530aed263'
+INPUTS_SHA256 = '6680cd38780ff0fcb50d75fa668b70ac377e0d84c8425f24cff657eef35e393b'

@@ -224,12 +224,13 @@ def test_a_launch_config_object_gets_the_type_checks_a_dict_gets(fields, message
 
 @pytest.mark.parametrize("kernel, fields, message", [
     ("decode", dict(v_early=2), "config.v_early: expected 0 (V loaded after the softmax) or 1 (beside K), got 2"),
-    ("decode", dict(v_early=1, num_stages=2), "config.v_early: 1 needs num_stages 1"),
-    ("prefill", dict(v_early=1, num_stages=1), "config.v_early: a decode-only parameter"),
+    ("decode", dict(v_early=1, num_stages=2), "config.v_early: 1 needs num_stages 1 (with 2 stages the pipeliner "
+                                              "loads the next slices' V ahead already), got num_stages 2"),
+    ("prefill", dict(v_early=1, num_stages=1), "config.v_early: a decode-only parameter, leave it 0 for prefill"),
 ])
 def test_v_early_is_refused_where_it_does_not_apply(kernel, fields, message):
     """Never silently dropped: with stages the pipeliner's order would win, and prefill has no such branch."""
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         validate_config(LaunchConfig(**fields), arch="sm90", kernel=kernel)
 
 
