@@ -67,41 +67,43 @@ def test_prefill_gpu(arch, mode, kv_dtype, layout, config):
     _check(case, config)
 
 
+# Single-token requests, 4-token ones with padded rows after them, and varlen rows (one request empty).
+DECODE_SHAPES = {
+    "uniform_q1": dict(seq_lens=[9000, 130, 2100, 40000]),
+    "uniform_q4": dict(seq_lens=[5000, 2100], decode_query_len=4, padded_rows=3),
+    "varlen_padded": dict(seq_lens=[3000, 70, 0, 2500], varlen_q_lens=[3, 1, 0, 2], padded_rows=5),
+}
+
+
+def _decode_shape(shape, **kw):
+    return cases.decode_case(**DECODE_SHAPES[shape], **kw)
+
+
 @pytest.mark.parametrize("mode,kv_dtype", MODES)
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("config", gpu_suite.DECODE, ids=lambda c: f"sp{c.num_splits}-fm{c.fused_merge}")
-@pytest.mark.parametrize("shape", ["uniform_q1", "uniform_q4", "varlen_padded"])
+@pytest.mark.parametrize("shape", sorted(DECODE_SHAPES))
 def test_decode_gpu(arch, mode, kv_dtype, layout, config, shape):
     hq, hkv = LAYOUTS[layout]
     kw = dict(arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode,
               q_dtype=torch.bfloat16, device="cuda", seed=config.num_splits)
-    if shape == "uniform_q1":
-        case = cases.decode_case(seq_lens=[9000, 130, 2100, 40000], **kw)
-    elif shape == "uniform_q4":
-        case = cases.decode_case(seq_lens=[5000, 2100], decode_query_len=4, padded_rows=3, **kw)
-    else:
-        case = cases.decode_case(seq_lens=[3000, 70, 0, 2500], varlen_q_lens=[3, 1, 0, 2], padded_rows=5, **kw)
+    case = _decode_shape(shape, **kw)
     out = _check(case, config)
-    real = case.args["q"].shape[0] - {"uniform_q1": 0, "uniform_q4": 3, "varlen_padded": 5}[shape]
+    real = case.args["q"].shape[0] - DECODE_SHAPES[shape].get("padded_rows", 0)
     assert torch.equal(out[real:], torch.zeros_like(out[real:]))
 
 
 @pytest.mark.parametrize("mode,kv_dtype", MODES)
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("kv_tma", [0, 1])
-@pytest.mark.parametrize("shape", ["uniform_q1", "uniform_q4", "varlen_padded"])
+@pytest.mark.parametrize("shape", sorted(DECODE_SHAPES))
 def test_decode_v_early_gpu(arch, mode, kv_dtype, layout, kv_tma, shape):
     """v_early 1 (LaunchConfig.v_early): V and per_token_head's column scales loaded beside K, by TMA
     boxes or plain loads, one slice a program and several; fresh random inputs."""
     hq, hkv = LAYOUTS[layout]
     kw = dict(arch=arch, num_q_heads=hq, num_kv_heads=hkv, kv_dtype=kv_dtype, scale_mode=mode,
               q_dtype=torch.bfloat16, device="cuda", seed=21 + kv_tma)
-    if shape == "uniform_q1":
-        case = cases.decode_case(seq_lens=[9000, 130, 2100, 40000], **kw)
-    elif shape == "uniform_q4":
-        case = cases.decode_case(seq_lens=[5000, 2100], decode_query_len=4, padded_rows=3, **kw)
-    else:
-        case = cases.decode_case(seq_lens=[3000, 70, 0, 2500], varlen_q_lens=[3, 1, 0, 2], padded_rows=5, **kw)
+    case = _decode_shape(shape, **kw)
     for config in gpu_suite.decode_v_early(kv_dtype, get_arch(arch).fp8_cvt_asm):
         _check(case, dataclasses.replace(config, kv_tma=kv_tma))
 
