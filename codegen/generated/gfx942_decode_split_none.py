@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_none (arch=gfx942, kernel=decode_split, scale_mode=none)
-# inputs-sha256: cd188817afd95c6fde2fdbfbdf72f6354d51b2434df146999e87512ee94837a2
+# inputs-sha256: d6ca24b0d7160af940d76bd977b96a06dfcfe5f2985e9b826c1f66aa1e1bb2ff
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -307,4 +307,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'cd188817afd95c6fde2fdbfbdf72f6354d51b2434df146999e87512ee94837a2'
+INPUTS_SHA256 = 'd6ca24b0d7160af940d76bd977b96a06dfcfe5f2985e9b826c1f66aa1e1bb2ff'

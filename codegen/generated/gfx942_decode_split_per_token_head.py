@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_per_token_head (arch=gfx942, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: f8ea4bbfe56541811c26a5310411ceca8357bedccac13bd471343ee40dafb976
+# inputs-sha256: 198282854b1017c6c609c4c9b1c005ca9e4e7bf039de8e5f1d5105ca9805dfd9
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -336,4 +336,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'f8ea4bbfe56541811c26a5310411ceca8357bedccac13bd471343ee40dafb976'
+INPUTS_SHA256 = '198282854b1017c6c609c4c9b1c005ca9e4e7bf039de8e5f1d5105ca9805dfd9'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar (arch=gfx942, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 492da2480153ea762215751de202b0acf76ad1e4c3d3590ecb537b767b8de09b
+# inputs-sha256: 2d44af992d439d5c0773f054119ab2dce3ab8710ac515ab08a39aa117b41e138
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -321,4 +321,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '492da2480153ea762215751de202b0acf76ad1e4c3d3590ecb537b767b8de09b'
+INPUTS_SHA256 = '2d44af992d439d5c0773f054119ab2dce3ab8710ac515ab08a39aa117b41e138'

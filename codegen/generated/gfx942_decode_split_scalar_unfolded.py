@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: gfx942_decode_split_scalar_unfolded (arch=gfx942, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 75f89ff3182ddcc4a4b360b10f4c99b4d8a1aec825d66806336a0e857e43dc38
+# inputs-sha256: dad5b3a7f844f28eb4f57df98bbf27d322c3f442d38413beaf8df195d1bb32d4
 """MSA sparse-attention decode, split-K part, gfx942, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -314,4 +314,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '75f89ff3182ddcc4a4b360b10f4c99b4d8a1aec825d66806336a0e857e43dc38'
+INPUTS_SHA256 = 'dad5b3a7f844f28eb4f57df98bbf27d322c3f442d38413beaf8df195d1bb32d4'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_none (arch=gfx942, kernel=prefill, scale_mode=none)
-# inputs-sha256: d7fa621753c1a93a10ed599a1f41b8ff74b5dc281dae6d1e2ee3e86dd49f4f0a
+# inputs-sha256: 5c40ae9e444cddedaa5ab5e3415471d7bb95de945e62b7512aeec18d2abbcede
 """MSA sparse-attention prefill, gfx942, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -315,4 +315,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'd7fa621753c1a93a10ed599a1f41b8ff74b5dc281dae6d1e2ee3e86dd49f4f0a'
+INPUTS_SHA256 = '5c40ae9e444cddedaa5ab5e3415471d7bb95de945e62b7512aeec18d2abbcede'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_per_token_head (arch=gfx942, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: d3c4c02153edffd31fe1af8853d32af338b08db90972fdca08e777b61e9e1394
+# inputs-sha256: 4afbb475a7afa15b72bae5916e5ef32946cf2126871b4ba459feed011e59c4f4
 """MSA sparse-attention prefill, gfx942, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -363,4 +363,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'd3c4c02153edffd31fe1af8853d32af338b08db90972fdca08e777b61e9e1394'
+INPUTS_SHA256 = '4afbb475a7afa15b72bae5916e5ef32946cf2126871b4ba459feed011e59c4f4'

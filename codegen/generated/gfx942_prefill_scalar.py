@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_scalar (arch=gfx942, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: 8bb280e31db95d7a22eebff4dea2fe9d492b2f542a41956999a1be6324695422
+# inputs-sha256: 19a0348b66c114a476f907f6ffa1eafaf7348556883a387cb00de8f7262dfcf8
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -324,4 +324,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '8bb280e31db95d7a22eebff4dea2fe9d492b2f542a41956999a1be6324695422'
+INPUTS_SHA256 = '19a0348b66c114a476f907f6ffa1eafaf7348556883a387cb00de8f7262dfcf8'

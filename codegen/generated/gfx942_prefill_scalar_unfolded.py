@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: gfx942_prefill_scalar_unfolded (arch=gfx942, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 82794dfe4741598f4a8cd5d9d66c44227f0c5971a63062cb27d32cd8bacce823
+# inputs-sha256: 229a1c1a4aec4b71792679b1236cefc92a27364464fd7524f3e8757cd6fb7910
 """MSA sparse-attention prefill, gfx942, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -324,4 +324,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '82794dfe4741598f4a8cd5d9d66c44227f0c5971a63062cb27d32cd8bacce823'
+INPUTS_SHA256 = '229a1c1a4aec4b71792679b1236cefc92a27364464fd7524f3e8757cd6fb7910'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_none (arch=sm90, kernel=decode_split, scale_mode=none)
-# inputs-sha256: 13eda03920350370125ec04e2dc3c9bf93352aca9283843e580df78c409a3d54
+# inputs-sha256: 28ec62db6992172c45bbbde2d7137f93aa11abce2288b85c1690c16e6a11be7a
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `none`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -385,4 +385,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '13eda03920350370125ec04e2dc3c9bf93352aca9283843e580df78c409a3d54'
+INPUTS_SHA256 = '28ec62db6992172c45bbbde2d7137f93aa11abce2288b85c1690c16e6a11be7a'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_per_token_head (arch=sm90, kernel=decode_split, scale_mode=per_token_head)
-# inputs-sha256: c20ae3bb8c4f5448e9cd763b014be2a3064641c50ad111eea341c4c641443158
+# inputs-sha256: 489e25a4c897f584b9e139dd1982f6009992829715ca441f8db36c165f8af491
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `per_token_head`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -414,4 +414,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = 'c20ae3bb8c4f5448e9cd763b014be2a3064641c50ad111eea341c4c641443158'
+INPUTS_SHA256 = '489e25a4c897f584b9e139dd1982f6009992829715ca441f8db36c165f8af491'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar (arch=sm90, kernel=decode_split, scale_mode=scalar)
-# inputs-sha256: 6680cd38780ff0fcb50d75fa668b70ac377e0d84c8425f24cff657eef35e393b
+# inputs-sha256: 439c4ee032565ec76d501469d5e7cac1856fb5ae6d2a2c80a47efda4e239febf
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -399,4 +399,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '6680cd38780ff0fcb50d75fa668b70ac377e0d84c8425f24cff657eef35e393b'
+INPUTS_SHA256 = '439c4ee032565ec76d501469d5e7cac1856fb5ae6d2a2c80a47efda4e239febf'

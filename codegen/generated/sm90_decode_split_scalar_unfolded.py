@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/decode_split.py.jinja (with templates/_attend.jinja, templates/_merge.jinja)
 # variant: sm90_decode_split_scalar_unfolded (arch=sm90, kernel=decode_split, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 7111b82163326df4f4d691a11f05d138b857c4d0e15ecdd34dcb652e99700a90
+# inputs-sha256: bb87ddea3ff15d60ac04581bb3ccf5c9998909084f2cb8b71bd15a0112cd4a68
 """MSA sparse-attention decode, split-K part, sm90, KV scale mode `scalar`.
 
 One program = one query token x one KV head x one split of its top-k pages. With one split the
@@ -392,4 +392,4 @@ def launch(q, kv_cache, topk_idx, block_table, seq_lens, num_kv_heads, sm_scale,
         _msa_decode_split_kernel[grid](*args, **kwargs)
     return None if num_splits == 1 or fused else (part_o, part_lse)
 
-INPUTS_SHA256 = '7111b82163326df4f4d691a11f05d138b857c4d0e15ecdd34dcb652e99700a90'
+INPUTS_SHA256 = 'bb87ddea3ff15d60ac04581bb3ccf5c9998909084f2cb8b71bd15a0112cd4a68'

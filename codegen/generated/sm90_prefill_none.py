@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_none (arch=sm90, kernel=prefill, scale_mode=none)
-# inputs-sha256: ef9ab0ca1710327b8200d6f1fc5037459ae61ed1ba1b926bdc405186e61d4e25
+# inputs-sha256: 20168f7763a027ae9e6b555d728c8f6fe503aece0ab30b0bc61952595260a088
 """MSA sparse-attention prefill, sm90, KV scale mode `none`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -402,4 +402,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'ef9ab0ca1710327b8200d6f1fc5037459ae61ed1ba1b926bdc405186e61d4e25'
+INPUTS_SHA256 = '20168f7763a027ae9e6b555d728c8f6fe503aece0ab30b0bc61952595260a088'

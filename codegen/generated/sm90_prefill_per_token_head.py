@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_per_token_head (arch=sm90, kernel=prefill, scale_mode=per_token_head)
-# inputs-sha256: 1993229caf2dcfe1dd4c59db8debf4cd88b966f60029b085c034733259d6cab5
+# inputs-sha256: 0e7f60f1e0f1b7592e5a71fe583e2405628a4810b5453dccf5f0d7ebd74dbeb3
 """MSA sparse-attention prefill, sm90, KV scale mode `per_token_head`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -450,4 +450,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '1993229caf2dcfe1dd4c59db8debf4cd88b966f60029b085c034733259d6cab5'
+INPUTS_SHA256 = '0e7f60f1e0f1b7592e5a71fe583e2405628a4810b5453dccf5f0d7ebd74dbeb3'

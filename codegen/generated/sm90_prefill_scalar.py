@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_scalar (arch=sm90, kernel=prefill, scale_mode=scalar)
-# inputs-sha256: faa1cfb2b410788a551f610bdc22680ecbd155fc96ade473e7ddb0e2d0a2f7a5
+# inputs-sha256: 67f329f75e63e803e07b07f85801fc365a8998cb83c102b7cdb12e117d85bca0
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -411,4 +411,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = 'faa1cfb2b410788a551f610bdc22680ecbd155fc96ade473e7ddb0e2d0a2f7a5'
+INPUTS_SHA256 = '67f329f75e63e803e07b07f85801fc365a8998cb83c102b7cdb12e117d85bca0'

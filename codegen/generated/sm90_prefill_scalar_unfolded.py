@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_scalar_unfolded (arch=sm90, kernel=prefill, scale_mode=scalar, unfolded baseline)
-# inputs-sha256: 6ee10f13d5e452a749d115b4af95843a8388e753b6d7bb440ac991675672b5c1
+# inputs-sha256: fa8606ce5a0cab2fecb418256c5e3ee21aa0c82e5253baa91ab881ee42076a93
 """MSA sparse-attention prefill, sm90, KV scale mode `scalar`.
 
 One program = BLOCK_T consecutive query tokens of one request x one KV head; the rows of the tile
@@ -411,4 +411,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
         _msa_prefill_kernel[grid](*args, **kwargs)
     return output
 
-INPUTS_SHA256 = '6ee10f13d5e452a749d115b4af95843a8388e753b6d7bb440ac991675672b5c1'
+INPUTS_SHA256 = 'fa8606ce5a0cab2fecb418256c5e3ee21aa0c82e5253baa91ab881ee42076a93'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_per_token_head (arch=sm90, kernel=prefill_ws, scale_mode=per_token_head)
-# inputs-sha256: ebc78e766f96220eb58543a96ecd37b28ec831c1abdb5b8eef0d6101b6716d4a
+# inputs-sha256: 6b08bf5ad7e46219f07cf7e9daf8b0dd0af6527a112c97ada0fa7c5646ab145c
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `per_token_head`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -653,4 +653,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = 'ebc78e766f96220eb58543a96ecd37b28ec831c1abdb5b8eef0d6101b6716d4a'
+INPUTS_SHA256 = '6b08bf5ad7e46219f07cf7e9daf8b0dd0af6527a112c97ada0fa7c5646ab145c'

@@ -1,7 +1,7 @@
 # GENERATED FILE - DO NOT EDIT. Regenerate with `python -m codegen render`.
 # template: templates/prefill_ws.py.jinja (with templates/_attend.jinja, templates/_tile_plan.jinja)
 # variant: sm90_prefill_ws_scalar (arch=sm90, kernel=prefill_ws, scale_mode=scalar)
-# inputs-sha256: a1b9232af16d8bbdfcbcc0ff2c3bf6416c26d1ee1fd4784ddb88e87e0cc137a7
+# inputs-sha256: 6a5808db1476b8701a7965376e131aff4e818fc3cc2201b7196167e978f4a5dc
 """MSA sparse-attention prefill, sm90, the warp-specialized tile (Gluon), KV scale mode `scalar`.
 
 The same tile as prefill.py.jinja's (a program = block_t consecutive query tokens of one request x the
@@ -601,4 +601,4 @@ def launch(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_le
             kernel[kernel_grid](*kernel_args, **kernel_kwargs)
     return output
 
-INPUTS_SHA256 = 'a1b9232af16d8bbdfcbcc0ff2c3bf6416c26d1ee1fd4784ddb88e87e0cc137a7'
+INPUTS_SHA256 = '6a5808db1476b8701a7965376e131aff4e818fc3cc2201b7196167e978f4a5dc'

@@ -57,11 +57,8 @@ def _design_launches() -> list[StaticLaunch]:
                 launches += launches_for(arch, "decode", scale_mode, "fp8", 16, 1,
                                          dataclasses.replace(base, kv_upcast=upcast), source="design")
             # v_early (V beside K, unpipelined): a one-slice program, the form the candidate lists hold.
-            one_slice = LaunchConfig(block_n=128, num_warps=8, num_stages=1, num_splits=16, fused_merge=1,
-                                     kv_upcast=3 if ARCHS[arch].fp8_cvt_asm else 0, v_early=1)
-            if ARCHS[arch].amd_knobs:
-                one_slice = dataclasses.replace(one_slice, **{k: getattr(base, k) for k in
-                                                              ("waves_per_eu", "matrix_instr_nonkdim", "kpack")})
+            one_slice = dataclasses.replace(base, block_n=128, num_warps=8, num_stages=1, num_splits=16,
+                                            kv_upcast=3 if ARCHS[arch].fp8_cvt_asm else 0, v_early=1)
             launches += launches_for(arch, "decode", scale_mode, "fp8", 16, 1, one_slice, source="design")
     return launches + _ws_design_launches()
 
