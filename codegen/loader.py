@@ -6,7 +6,11 @@ Lookup order for (kernel, arch, device, scale mode, KV dtype, head layout, token
      H100 the H200's), its lender's file, searched the same way, for each table the first file lacks
      or holds unmeasured;
   2. in its table for (kernel, scale mode, KV dtype, head layout): the exact token bucket, else the
-     nearest bucket in log2 space (ties go to the smaller bucket);
+     nearest bucket in log2 space (ties go to the smaller bucket). For a borrowing device the bucket is
+     picked over its own table's buckets and its lender's together, and taken from its own table when
+     that holds it: a partial tune of its own serves the buckets it measured, the lender's exact bucket
+     the others (on an H100 the H200's 128-request config ran TP4 decode at 31 us where its own
+     partial table's nearest bucket took 37: results/h100/decode-retune-partial);
   3. else the arch default (codegen.configs.default_config).
 With per_token=True (prefill's per-token path, for selections that neighbouring tokens do not
 share): when the table has per-token sub-entries (tuned by their own studies on unrelated
@@ -236,14 +240,17 @@ def get_config(kernel: str, arch: str, device_name: str, scale_mode: str, kv_dty
                                 path=str(path))
         where = ", ".join(f"{path}{note}" for path, _, note in docs)
         return ConfigChoice(default, False, "default", f"{where} has no table {key}", path=str(docs[0][0]))
-    path, note, table = measured[0]
-    _check_stale(path, table, arch, kernel, scale_mode)
-    buckets, scope = _path_buckets(table, per_token)
-    if not buckets:  # only the other path's studies finished so far
+    served = [(path, note, table, *_path_buckets(table, per_token)) for path, note, table in measured]
+    served = [entry for entry in served if entry[3]]
+    if not served:  # only the other path's studies finished so far
+        path, note, _ = measured[0]
         return ConfigChoice(default, False, "default", f"{path}{note} {key} has no bucket for this path",
                             path=str(path))
-    exact = num_tokens in buckets
-    bucket = num_tokens if exact else nearest_bucket(buckets, num_tokens)
+    # The bucket nearest the call over every file's buckets, from the first file that holds it.
+    exact = any(num_tokens in buckets for *_, buckets, _ in served)
+    bucket = num_tokens if exact else nearest_bucket({b for *_, buckets, _ in served for b in buckets}, num_tokens)
+    path, note, table, buckets, scope = next(entry for entry in served if bucket in entry[3])
+    _check_stale(path, table, arch, kernel, scale_mode)
     config = LaunchConfig.from_dict(buckets[bucket]["config"])
     if per_token:
         config = per_token_twin(config, arch)  # already block_t 1 in a per-token sub-entry

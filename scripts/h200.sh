@@ -9,8 +9,8 @@
 #                                               #   (decode, prefill_tiles, prefill_per_token, prefill_incumbents,
 #                                               #   prefill_incumbents_per_token, prefill_ws, prefill_ws_per_token);
 #                                               #   TRIALS (default: every candidate), TUNE_S, TUNE_ARGS (e.g.
-#                                               #   "--modes per_token_head:fp8"; decode: its 512 bucket in a
-#                                               #   second run, 3 preparers)
+#                                               #   "--modes per_token_head:fp8"; decode: its 512 bucket, and 256
+#                                               #   on a GPU under 100 GB, in a second run with 3 preparers)
 #   bash scripts/h200.sh grid decode|prefill    # the bench grid of this tree, then of .before (FILTER:
 #                                               #   label substrings separated by ';'; AFTER_TREE and
 #                                               #   BEFORE_TREE name other trees, e.g. an experiment's)
@@ -81,12 +81,16 @@ case $STAGE in
     CAND=(--candidates "@codegen/tuning/candidates/h200_$LIST.json" ${TRIALS:+--trials "$TRIALS"})
     PREPARERS=12
     if [ "$LIST" = decode ]; then
-      # The 512-request buckets with 3 preparers: with 12, each preparer kept ~14 GiB of GPU memory and
-      # every trial of decode 64x4@512 ran out of it (results/h200/decode-lean, 2026-12-03); with 3, none did.
-      SMALLER=$(python3 -c "from codegen.shapes import DECODE_BUCKETS as B; print(','.join(str(b) for b in B if b != 512))")
+      # The largest buckets with 3 preparers: with 12, each preparer kept ~14 GiB of GPU memory and every
+      # trial of decode 64x4@512 ran out of it on the H200 (results/h200/decode-lean, 2026-12-03), as did
+      # 64x4@256 on an H100 (80 GiB; results/h100/decode-retune-partial); with 3, none did. The cause is
+      # fixed since (docs/tuning.md, "GPU memory"), not yet confirmed on a GPU: keep the split until then.
+      LARGE=512
+      [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -lt 100000 ] && LARGE=256,512
+      SMALLER=$(python3 -c "from codegen.shapes import DECODE_BUCKETS as B; print(','.join(str(b) for b in B if str(b) not in '$LARGE'.split(',')))")
       tune "$PWD/tune_studies/sm90__NVIDIA_H200.db" "tune_$LIST" "${ARGS[@]}" "${CAND[@]}" \
         --precompile-workers "$PREPARERS" --decode-buckets "$SMALLER" ${TUNE_ARGS:-}
-      ARGS+=(--decode-buckets 512) && LIST=decode512 && PREPARERS=3
+      ARGS+=(--decode-buckets "$LARGE") && LIST=decode_large && PREPARERS=3
     fi
     tune "$PWD/tune_studies/sm90__NVIDIA_H200.db" "tune_$LIST" "${ARGS[@]}" "${CAND[@]}" \
       --precompile-workers "$PREPARERS" ${TUNE_ARGS:-}

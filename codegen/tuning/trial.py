@@ -48,6 +48,8 @@ def bucket_inputs(bucket: Bucket, interpret: bool, accuracy_seed: int = 1000):
         accuracy = bucket.build_case(seed=accuracy_seed, device=device, q_dtype=q_dtype)
         ref = reference_batched(accuracy.kernel, accuracy.args, dtype=torch.float64 if interpret else torch.float32)
         _inputs[key] = (sets, accuracy, ref)
+        if not interpret:
+            torch.cuda.empty_cache()  # the builds' and the reference's temporaries (see _give_back_temporaries)
     return _inputs[key]
 
 
@@ -211,6 +213,7 @@ def prepare(request: dict, phases: _Phases | None = None) -> list[str]:
                 _first_sets.clear()
                 _first_sets[bucket] = bucket.build_case(seed=0, device="cuda", q_dtype=torch.bfloat16)
                 torch.cuda.synchronize()
+                _give_back_temporaries()
         phases.lap("inputs")
         with compiled_not_launched() as kernels:  # compiled and loaded, not run
             run_kernel(_first_sets[bucket], config=config)
@@ -265,6 +268,15 @@ def _on_arch(arch: str) -> bool:
         return torch.cuda.is_available() and detect_device_arch(torch.device("cuda")) == arch
     except Exception:  # noqa: BLE001 - no GPU, or one of no supported arch
         return False
+
+
+def _give_back_temporaries() -> None:
+    """Returns the memory a bucket's build freed to the GPU. The random KV cache is drawn in fp32 and
+    then cast: 4x its fp8 bytes, 10.7 GiB at decode 64x4@512 (2.7 GiB of cache), which the caching
+    allocator keeps reserved once freed. In every preparer that was ~14 GiB (inputs 2.7 + the fp32
+    draw 10.7: the "unknown" 14 GiB of docs/tuning.md), so 12 preparers filled an H200 at 512
+    requests and an H100 at 256 (6.7 GiB each)."""
+    torch.cuda.empty_cache()
 
 
 def _keep_bytes() -> int:

@@ -126,6 +126,22 @@ def test_borrowing_is_per_table(config_dir):
     assert not choice.is_tuned and "sm90__NVIDIA_H100.json, " in choice.reason and "has no table" in choice.reason
 
 
+def test_borrowing_is_per_bucket(config_dir):
+    """A table of its own that a partial tune left with some buckets serves those; a call nearer a bucket
+    only the lender's table holds takes the lender's (its exact shape on a sibling GPU, not another shape
+    on this one: results/h100/decode-retune-partial)."""
+    _write(config_dir, _doc(buckets=(1, 16)))
+    _write(config_dir, _own_h100_doc(**{"decode/scalar/fp8/16x1": (LaunchConfig(block_n=32, num_warps=2), True)}))
+    own, lent = LaunchConfig(block_n=32, num_warps=2), _get(1).config
+    assert own != lent
+    one = _get(1, device=H100)
+    assert one.config == lent and one.source == "tuned:exact" and "borrowed by NVIDIA_H100" in one.reason
+    assert _get(3, device=H100).config == lent and _get(3, device=H100).bucket == 1  # nearest over both tables
+    for tokens in (16, 1000):  # its own bucket, exact or nearest
+        choice = _get(tokens, device=H100)
+        assert choice.config == own and "borrowed" not in choice.reason and choice.bucket == 16
+
+
 def test_no_table_of_its_own_nor_its_lenders(config_dir, monkeypatch):
     monkeypatch.setattr(tuned_store, "REPO_CONFIG_DIR", config_dir / "empty")
     choice = _get(16, device=H100)

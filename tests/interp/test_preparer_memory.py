@@ -1,4 +1,5 @@
-"""A preparer process (trial.prepare) giving back a large bucket's inputs gives back the plans its
+"""A preparer process (trial.prepare) gives back the memory its build of a bucket's inputs freed
+(the KV cache's fp32 draw) before it compiles; giving back a large bucket's inputs gives back the plans its
 compile made too: a plan's buffers carved from the inputs' allocator segment would keep the segment
 reserved. No GPU here: the CUDA calls, the build and the compile are stand-ins; the compile leaves a
 plan and a step memo, as the API's first call does."""
@@ -51,11 +52,12 @@ def prepare(monkeypatch):
 
 
 def test_large_inputs_are_given_back_with_the_plans_their_compile_made(prepare):
-    assert prepare(input_bytes=1000) == ["build", "compile", "give back"]
+    assert prepare(input_bytes=1000) == ["build", "give back", "compile", "give back"]
     assert not trial._first_sets and len(plan.PLANS) == 0 and not plan._step_memo
 
 
 def test_small_inputs_and_their_plans_stay_for_the_next_candidate(prepare):
-    assert prepare(input_bytes=10) == ["build", "compile"]
-    assert prepare(input_bytes=10) == ["build", "compile", "compile"]  # the same bucket: built once
+    # The build's freed temporaries go back at once (the fp32 draw of the KV cache); the inputs stay.
+    assert prepare(input_bytes=10) == ["build", "give back", "compile"]
+    assert prepare(input_bytes=10) == ["build", "give back", "compile", "compile"]  # the same bucket: built once
     assert len(plan.PLANS) == 2 and plan._step_memo
