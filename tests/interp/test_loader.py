@@ -35,6 +35,9 @@ def _doc(prov=None, buckets=(1, 16)):
 @pytest.fixture
 def config_dir(tmp_path, monkeypatch):
     monkeypatch.setenv(tuned_store.CONFIG_DIR_ENV, str(tmp_path))
+    # A file the override lacks is looked up in the repository's folder: none of its files may answer here
+    # (an H100 table shipped there would stand in for the one a test means to be absent).
+    monkeypatch.setattr(tuned_store, "REPO_CONFIG_DIR", tmp_path / "repository")
     loader._load.cache_clear()
     loader._warned.clear()
     return tmp_path
