@@ -155,6 +155,10 @@ def tune_parser(description: str) -> Parser:
                         "file's configs for its table first, after the default (they count as trials); 'auto' "
                         "(default): the file this run writes, when it exists, and the file this GPU borrows tables from "
                         "(an H100 the H200's; the own file's tables win); 'none': no seeds")
+    p.add_argument("--skip-published", action="store_true",
+                   help="leave out the buckets the file this run writes already holds, measured on this GPU with "
+                        "these kernels, Triton and workload (not one whose trials ran out of GPU memory): a tune "
+                        "whose study database is gone resumes from its table")
     p.add_argument("--runner", default=None, help=argparse.SUPPRESS)  # module:function, for tests
     p.add_argument("--heartbeat", type=int, default=10,
                    help="seconds between trial heartbeats; a trial silent for 3 beats is failed and retried "

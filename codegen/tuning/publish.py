@@ -96,6 +96,28 @@ class Publisher:
         return configs
 
 
+def published(doc: dict, bucket, *, device_name: str, triton_version: str, workload: dict) -> bool:
+    """Whether `doc` (a tuned-config document) holds `bucket` as a finished measurement this run would
+    repeat: its table measured on this GPU with the kernels now loaded, this Triton and this workload,
+    and the bucket's entry for its path timed. An entry whose trials ran out of GPU memory is not
+    finished (that said nothing about the configs), nor one published with the default because every
+    trial failed (no timing)."""
+    table = doc["tables"].get(bucket.table_key)
+    if table is None:
+        return False
+    prov = table["provenance"]
+    inputs = current_inputs_sha256(bucket.arch, bucket.kernel, bucket.scale_mode)
+    if not (prov.get("measured") and prov.get("gpu_name") == device_name and prov.get("triton") == triton_version
+            and prov.get("inputs_sha256") == inputs and prov.get("workload") == workload):
+        return False
+    entry = tuned_store.path_entries(table, bucket.path).get(bucket.tokens)
+    if entry is None or entry.get("tuned_us") is None or entry.get("failure_kinds", {}).get("out_of_memory"):
+        return False
+    if bucket.per_token:  # its own selections and prefix (Publisher.write records them)
+        return entry.get("workload") == dict(pattern=bucket.pattern, prefill_prefix=bucket.context)
+    return True
+
+
 def write_defaults(out_path: pathlib.Path, arch: str, device_name: str, grid, versions: dict, argv) -> None:
     """An unmeasured tuned-config file: every table and bucket of `grid` holds the arch default, and
     its provenance says so (the loader then reports is_tuned=False)."""

@@ -375,6 +375,37 @@ def test_a_first_tune_of_a_borrowing_gpu_starts_from_the_borrowed_table(tmp_path
     assert keys[1] == config_key(LaunchConfig(**mine)), keys
 
 
+def _studied_buckets(db) -> set[str]:
+    con = sqlite3.connect(db)
+    names = [row[0] for row in con.execute("select study_name from studies")]
+    con.close()
+    return {name.split(":")[2] for name in names}  # arch:device:label:...
+
+
+def test_skip_published_resumes_from_the_table_without_its_database(tmp_path, capsys):
+    """--skip-published: a bucket the file already holds, measured here with these kernels, Triton and
+    workload, is left out even with a fresh study database; one whose trials ran out of GPU memory, or
+    measured under another workload, is tuned again."""
+    first = _run(tmp_path, "--kernels", "decode", "--decode-buckets", "2", "--trials", "1")
+    capsys.readouterr()
+
+    def again(db, *extra):
+        argv = TINY + ["--out", str(first.parent), "--storage", f"sqlite:///{tmp_path / db}", "--kernels", "decode",
+                       "--decode-buckets", "2,4", "--trials", "1", "--skip-published", *extra]
+        assert tune.main(argv) == 0
+        return _studied_buckets(tmp_path / db), capsys.readouterr().out
+
+    studied, out = again("fresh.db")
+    assert studied == {"decode/scalar/fp8/8x1@4"} and "1 of 2 buckets already in" in out, (studied, out)
+    doc = tuned_store.read_document(first)
+    doc["tables"]["decode/scalar/fp8/8x1"]["buckets"]["2"]["failure_kinds"] = {"out_of_memory": 3}
+    tuned_store.write_document(first, doc)
+    studied, out = again("after_oom.db")
+    assert studied == {"decode/scalar/fp8/8x1@2"} and "1 of 2 buckets already in" in out, (studied, out)
+    studied, _ = again("other_context.db", "--decode-context", "400")  # another workload: both tuned
+    assert studied == {"decode/scalar/fp8/8x1@2", "decode/scalar/fp8/8x1@4"}
+
+
 def test_seed_from_an_unreadable_file_is_a_clear_error(tmp_path, capsys):
     assert tune.main(TINY + ["--kernels", "decode", "--seed-from", str(tmp_path / "missing.json")]) == 2
     assert capsys.readouterr().err.startswith("msa-tune: --seed-from: cannot read ")
