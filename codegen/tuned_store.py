@@ -26,8 +26,9 @@ CONFIG_DIR_ENV = "MSA_TUNE_CONFIG_DIR"
 
 _PROVENANCE_KEYS = ("measured", "gpu_name", "arch", "triton", "torch", "cuda", "hip", "inputs_sha256", "date",
                     "command")
-# A table's buckets are merged only across runs that agree on these.
-_SOURCE_KEYS = ("measured", "gpu_name", "triton", "inputs_sha256")
+# A table's buckets are merged only across runs that agree on these (the workload too: a bucket timed at
+# another context or pattern is another measurement, and the merged table's provenance would claim it).
+_SOURCE_KEYS = ("measured", "gpu_name", "triton", "inputs_sha256", "workload")
 _BUCKET_KEYS = ("config", "is_default", "default_us", "tuned_us", "trials", "failures")
 PER_TOKEN = "per_token"  # a bucket entry's sub-entry for prefill's per-token path
 

@@ -392,6 +392,21 @@ def test_per_token_sub_entries_are_checked_and_merged_path_by_path(tmp_path):
     assert tuned_store.read_document(path)["tables"][key]["buckets"]["512"] == dict(tiled, per_token=newer)
 
 
+def test_a_run_under_another_workload_starts_the_table_afresh(tmp_path):
+    """Buckets timed at another decode context are not merged under the new run's provenance (which would
+    then claim them): the table starts afresh, as for another GPU or Triton."""
+    path, key = tmp_path / "sm90__NVIDIA_H200.json", "decode/scalar/fp8/16x1"
+    workload = dict(decode_context=8192, prefill_prefix=0, pattern="correlated", head_dim=128, topk=16)
+    doc = _doc(_prov(workload=workload), buckets=(1, 16))
+    tuned_store.write_document(path, doc)
+    entry = doc["tables"][key]["buckets"]["16"]
+    for context, expected in ((8192, {"1", "16", "4"}), (131072, {"4"})):
+        prov = _prov(workload=dict(workload, decode_context=context))
+        tuned_store.update_table(path, "sm90", "NVIDIA H200", key, prov, {"4": entry})
+        table = tuned_store.read_document(path)["tables"][key]
+        assert set(table["buckets"]) == expected and table["provenance"] == prov, context
+
+
 @pytest.mark.parametrize("moved, kept", [("prefill_ws", True), ("prefill", False), ("triton", False)])
 def test_a_new_source_keeps_the_per_token_entries_its_kernel_did_not_change(tmp_path, moved, kept):
     """A tiled re-tune after only the Gluon module changed (`moved` prefill_ws) starts the table afresh
