@@ -158,23 +158,6 @@ def _grid(args, arch: str, device: str) -> list:
     return [dataclasses.replace(b, head_dim=args.head_dim) for b in grid]
 
 
-def _unpublished(grid: list, out_path, device_name: str, triton_version: str, workload: dict) -> list:
-    """--skip-published: the buckets of `grid` that the file at out_path does not hold finished
-    (publish.published), said in one line."""
-    from codegen import tuned_store
-    from codegen.tuning.publish import published
-
-    try:
-        doc = tuned_store.read_document(out_path) if out_path.exists() else tuned_store.new_document("-", device_name)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--skip-published: cannot read {out_path} ({exc})") from None
-    left = [b for b in grid if not published(doc, b, device_name=device_name, triton_version=triton_version,
-                                               workload=workload)]
-    print(f"msa-tune: --skip-published: {len(grid) - len(left)} of {len(grid)} buckets already in {out_path}, "
-          f"measured on this GPU with these kernels; {len(left)} left")
-    return left
-
-
 def _versions() -> dict:
     import torch
     import triton
@@ -351,7 +334,9 @@ def _tune(args, argv, arch: str, device_name: str) -> int:
         workload = dict(decode_context=args.decode_context, prefill_prefix=args.prefill_prefix, pattern=args.pattern,
                         head_dim=args.head_dim, topk=args.topk)
         if args.skip_published:  # a broken file is a bad argument here, as for --seed-from
-            grid = _unpublished(grid, out_path, device_name, versions["triton"], workload)
+            from codegen.tuning.publish import unpublished
+
+            grid = unpublished(grid, out_path, device_name, versions["triton"], workload)
         outputs.create_folders(out_path, storage)  # every check passed: the first thing touched
     except ValueError as exc:
         return _bad(exc)

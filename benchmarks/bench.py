@@ -163,7 +163,10 @@ DEFAULT_CALLS = 20
 SELECTION_COLUMNS = ("tiled", "per_token", "auto")  # prefill's `selection` argument
 
 
-NAMED_COLUMNS = ("runtime", "untuned", "unfolded") + SELECTION_COLUMNS
+# `auto` told the cases' longest sequence (max_seq_len, as an engine that holds it on the host passes it:
+# vLLM's drop-in op does not): within topk pages the tiles are taken on the host (selection.tiles_on_host).
+BOUNDED_AUTO = "auto_bound"
+NAMED_COLUMNS = ("runtime", "untuned", "unfolded") + SELECTION_COLUMNS + (BOUNDED_AUTO,)
 
 
 def column_problem(variant: str) -> str | None:
@@ -191,7 +194,8 @@ def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[Laun
     'untuned': the arch default; 'unfolded': the runtime config in the seed's unfolded
     scalar rendering (none where the runtime runs the Gluon tile, which has no unfolded form);
     'tiled' / 'per_token' / 'auto': prefill's selection argument, the API
-    picking the config (the one shown is the tiled one for auto); or a JSON object overriding
+    picking the config (the one shown is the tiled one for auto); 'auto_bound': 'auto' with the
+    case's longest sequence as max_seq_len; or a JSON object overriding
     fields of the runtime config. (None, {}) when the column does not apply to the case."""
     hq, hkv = LAYOUTS[spec.layout]
     lookup = functools.partial(get_config, spec.kernel, arch, torch.cuda.get_device_name(), spec.mode,
@@ -200,6 +204,10 @@ def resolve(variant: str, spec: Spec, arch: str, case: cases.Case) -> tuple[Laun
         if spec.kernel != "prefill":
             return None, {}
         return lookup(per_token=variant == "per_token").config, dict(selection=variant)
+    if variant == BOUNDED_AUTO:
+        if spec.kernel != "prefill":
+            return None, {}
+        return lookup().config, dict(selection="auto", max_seq_len=int(case.args["seq_lens"].max()))
     if variant.startswith("ws"):  # the Gluon tile at convert_rows N ("ws:N", default 16), selection 'auto'
         if spec.kernel != "prefill" or spec.mode not in WS_SCALE_MODES or arch != "sm90":
             return None, {}
@@ -290,9 +298,9 @@ def main(argv=None) -> int:
     parser.add_argument("--configs", nargs="+", default=None,
                         help="columns: runtime (tuned when a file matches), untuned (arch default), unfolded "
                              "(the seed's baseline, scalar only), tiled / per_token / auto (prefill's selection "
-                             "argument), ws / ws:N (the Gluon prefill tile, convert_rows N), or JSON overrides "
-                             "of the runtime config (default: runtime untuned unfolded; short-appends: tiled "
-                             "per_token auto)")
+                             "argument), auto_bound (auto told max_seq_len), ws / ws:N (the Gluon prefill tile, "
+                             "convert_rows N), or JSON overrides of the runtime config (default: runtime untuned "
+                             "unfolded; short-appends: tiled per_token auto)")
     parser.add_argument("--no-host-rule", action="store_true",
                         help="auto decides every prefill on the device: codegen.selection.PER_TOKEN_UP_TO emptied "
                              "for this run (to re-measure the break-even once the table holds entries)")

@@ -94,7 +94,7 @@ DECODE_ROLES = ("q", "kv_cache", "topk_idx", "output", "k_scale", "v_scale", "bl
 
 def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
                         num_kv_heads, sm_scale, output, k_scale=None, v_scale=None, *, arch=None, config=None,
-                        fold_scales=True, selection=None):
+                        fold_scales=True, selection=None, max_seq_len=None):
     """Block-sparse GQA prefill over the paged cache; writes and returns `output` ([total_q, Hq, D]).
 
     selection: "tiled" runs the config as chosen (tuned on selections neighbouring tokens share);
@@ -105,30 +105,36 @@ def sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_le
     measured per-token region (max_query_len, request count, head layout (q heads, KV heads), scale
     mode, arch: selection.PER_TOKEN_UP_TO) is decided on the host instead: the per-token launch alone, as
     "per_token" runs it. None (the default): "auto" when the config comes from the loader, "tiled"
-    when one is given (a given config runs as given). fold_scales=False runs the seed's unfolded
-    scalar-scale baseline (for benchmarks)."""
+    when one is given (a given config runs as given). max_seq_len: optional, a bound on every
+    request's length (prefix + new tokens) that the caller holds on the host (vLLM's and FlashAttention's
+    max_seqlen_k); when it is at most topk pages, every token reads all its causal blocks and "auto"
+    takes the tiles on the host, with no device decision and no emptied per-token launch
+    (selection.tiles_on_host). Only the path depends on it, never the result. fold_scales=False runs
+    the seed's unfolded scalar-scale baseline (for benchmarks)."""
     if value_checks.values_checked():  # opt-in (MSA_TUNE_CHECK_VALUES=1): every call, a device sync
         value_checks.check_prefill_call(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens,
                                         max_query_len, num_kv_heads, sm_scale, output, k_scale, v_scale, arch=arch)
     tensors = (q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens)
     key, cacheable, stream, pointers = call_plans.call_key("prefill", tensors, (max_query_len, num_kv_heads, sm_scale),
-                                                           (arch, config, fold_scales, selection))
+                                                           (arch, config, fold_scales, selection, max_seq_len))
     plan = call_plans.PLANS.get(key) if cacheable else None
     if plan is not None:
         plan.run(tensors, pointers, stream)
         return output
     plan = _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, arch=arch, config=config,
-                         fold_scales=fold_scales, selection=selection, capturing=not cacheable)
+                         fold_scales=fold_scales, selection=selection, max_seq_len=max_seq_len,
+                         capturing=not cacheable)
     if cacheable:
         call_plans.PLANS.put(key, plan)
     return output
 
 
 def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, config, fold_scales, selection,
-                  capturing=False):
+                  max_seq_len=None, capturing=False):
     """Validates a prefill call, resolves its configs, records and binds its launches, runs them once."""
     q, kv_cache, topk_idx, output, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, prefix_lens = tensors
     num_requests = validate.check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len, block_table)
+    validate.check_max_seq_len(max_seq_len, max_query_len)
     arch, scale_mode = validate.check_common(arch, q, kv_cache, topk_idx, num_kv_heads, sm_scale, output,
                                              k_scale, v_scale)
     _check_fold(fold_scales, scale_mode)
@@ -138,6 +144,8 @@ def _plan_prefill(tensors, max_query_len, num_kv_heads, sm_scale, *, arch, confi
     if selection == "auto" and config is None and tile_selection.per_token_on_host(
             arch, scale_mode, q.shape[1], num_kv_heads, num_requests, max_query_len):
         selection = "per_token"  # a short prefill: the per-token walk alone, known on the host (PER_TOKEN_UP_TO)
+    elif selection == "auto" and tile_selection.tiles_on_host(max_seq_len, topk_idx.shape[2]):
+        selection = "tiled"  # every token reads all its causal blocks: the tiles share them (tiles_on_host)
     stamp = TableStamp(arch, device_name(q.device)) if config is None else None
     resolve = functools.partial(_resolve_config, kernel="prefill", arch=arch, scale_mode=scale_mode, q=q,
                                 kv_cache=kv_cache, num_kv_heads=num_kv_heads, topk=topk_idx.shape[2])
@@ -267,7 +275,7 @@ def _launch_device(q: torch.Tensor) -> int:
 
 
 def plan_prefill(block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len, num_kv_heads, sm_scale, *,
-                 arch=None, config=None, fold_scales=True, selection=None) -> call_plans.StepPlan:
+                 arch=None, config=None, fold_scales=True, selection=None, max_seq_len=None) -> call_plans.StepPlan:
     """One step's prefill, planned once: `.run(q, kv_cache, topk_idx, output, k_scale=None,
     v_scale=None)` per layer is sparse_attn_prefill with this step's metadata and options, at a
     lower host cost (codegen.plan.StepPlan)."""
@@ -275,9 +283,10 @@ def plan_prefill(block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len
         q, kv_cache, topk_idx, output, k_scale, v_scale = layer
         sparse_attn_prefill(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq_lens, prefix_lens, max_query_len,
                             num_kv_heads, sm_scale, output, k_scale, v_scale, arch=arch, config=config,
-                            fold_scales=fold_scales, selection=selection)
+                            fold_scales=fold_scales, selection=selection, max_seq_len=max_seq_len)
     return call_plans.StepPlan("prefill", (block_table, cu_seqlens_q, seq_lens, prefix_lens),
-                               (max_query_len, num_kv_heads, sm_scale), (arch, config, fold_scales, selection), drop_in)
+                               (max_query_len, num_kv_heads, sm_scale),
+                               (arch, config, fold_scales, selection, max_seq_len), drop_in)
 
 
 def plan_decode(block_table, seq_lens, num_kv_heads, sm_scale, decode_query_len, query_start_loc=None,

@@ -309,6 +309,16 @@ def check_prefill_metadata(q, cu_seqlens_q, seq_lens, prefix_lens, max_query_len
     return num_reqs
 
 
+def check_max_seq_len(max_seq_len, max_query_len: int) -> None:
+    """Prefill's optional bound on every request's length (prefix + new tokens): None, or an int no
+    smaller than max_query_len (a request holds its new tokens)."""
+    if max_seq_len is None:
+        return
+    check_int("max_seq_len", max_seq_len, minimum=1)
+    if max_seq_len < max_query_len:
+        raise ValueError(f"max_seq_len: expected None or an int >= max_query_len ({max_query_len}), got {max_seq_len}")
+
+
 def check_decode_metadata(q, seq_lens, decode_query_len, query_start_loc, token_to_req_indices, block_table) -> int:
     """The per-request arguments of a decode call; returns the number of requests."""
     device = check_tensor("q", q, ndim=3, dtypes=Q_DTYPES, layout="[total_q, num_q_heads, head_dim]").device

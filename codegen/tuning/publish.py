@@ -118,6 +118,20 @@ def published(doc: dict, bucket, *, device_name: str, triton_version: str, workl
     return True
 
 
+def unpublished(grid: list, out_path: pathlib.Path, device_name: str, triton_version: str, workload: dict) -> list:
+    """--skip-published: the buckets of `grid` the file at out_path does not hold finished (published),
+    said in one line; an unreadable file is a ValueError naming the option."""
+    try:
+        doc = tuned_store.read_document(out_path) if out_path.exists() else tuned_store.new_document("-", device_name)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--skip-published: cannot read {out_path} ({exc})") from None
+    left = [b for b in grid if not published(doc, b, device_name=device_name, triton_version=triton_version,
+                                               workload=workload)]
+    print(f"msa-tune: --skip-published: {len(grid) - len(left)} of {len(grid)} buckets already in {out_path}, "
+          f"measured on this GPU with these kernels; {len(left)} left")
+    return left
+
+
 def write_defaults(out_path: pathlib.Path, arch: str, device_name: str, grid, versions: dict, argv) -> None:
     """An unmeasured tuned-config file: every table and bucket of `grid` holds the arch default, and
     its provenance says so (the loader then reports is_tuned=False)."""

@@ -62,6 +62,8 @@ def _call(d: Draw, b: Built, *, arch=None, plan=None):
     if d.kernel == "prefill":
         if d.selection is not None:
             extra["selection"] = d.selection
+        if d.bounded:
+            extra["max_seq_len"] = _longest(d)
         return sparse_attn_prefill(a["q"], a["kv_cache"], a["topk_idx"], a["block_table"], a["cu_seqlens_q"],
                                    a["seq_lens"], a["prefix_lens"], a["max_query_len"], a["num_kv_heads"],
                                    a["sm_scale"], a["output"], a["k_scale"], a["v_scale"], **extra)
@@ -76,10 +78,17 @@ def _plan(d: Draw, b: Built, arch=None):
     a = b.args
     extra = {} if arch is None else {"arch": arch}
     if d.kernel == "prefill":
+        if d.bounded:
+            extra["max_seq_len"] = _longest(d)
         return plan_prefill(a["block_table"], a["cu_seqlens_q"], a["seq_lens"], a["prefix_lens"], a["max_query_len"],
                             a["num_kv_heads"], a["sm_scale"], selection=d.selection, **extra)
     return plan_decode(a["block_table"], a["seq_lens"], a["num_kv_heads"], a["sm_scale"], a["decode_query_len"],
                        a.get("query_start_loc"), a.get("token_to_req_indices"), **extra)
+
+
+def _longest(d: Draw) -> int:
+    """A prefill draw's longest request, prefix included: the max_seq_len an engine would pass."""
+    return max(prefix + new for prefix, new in zip(d.context, d.q_lens))
 
 
 def _poison(b: Built) -> None:

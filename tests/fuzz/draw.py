@@ -56,6 +56,7 @@ class Draw:
     context: tuple  # prefill: prefix lengths; decode: seq_lens (the new tokens included)
     uniform: bool = True  # decode: decode_query_len (True) or query_start_loc + token_to_req_indices
     padded_rows: int = 0  # decode: rows past the last real token
+    bounded: bool = False  # prefill: max_seq_len= the longest request (auto may take the tiles on the host)
 
     @property
     def heads(self) -> tuple[int, int]:
@@ -67,7 +68,7 @@ class Draw:
         shape = (f"{reqs} req, q {sum(self.q_lens)} tok, ctx {min(self.context)}-{max(self.context)}"
                  + (f", {'uniform' if self.uniform else 'varlen'} +{self.padded_rows} pad" if self.kernel == "decode"
                     else ""))
-        sel = f" sel={self.selection}" if self.kernel == "prefill" else ""
+        sel = f" sel={self.selection}{' bounded' if self.bounded else ''}" if self.kernel == "prefill" else ""
         return (f"{self.kernel} {hq}/{hkv} D{self.head_dim} k{self.topk} q={self.q_dtype} {self.kv_dtype}/"
                 f"{self.scale_mode} {self.pattern}/{self.tail}{'+junk' if self.inner_junk else ''}"
                 f"{' outliers' if self.outliers else ''} [{shape}] views={','.join(self.views) or '-'} "
@@ -128,7 +129,8 @@ def draw(seed: int, profile: str = "gpu") -> Draw:
                 scale_mode=scale_mode, kv_dtype=kv_dtype, pattern=rng.choice(PATTERNS), tail=rng.choice(TAILS),
                 inner_junk=rng.random() < 0.2, views=views, call=call, selection=selection,
                 outliers=rng.random() < 0.15, q_lens=tuple(q_lens), context=tuple(context), uniform=uniform,
-                padded_rows=padded)
+                padded_rows=padded,
+                bounded=kernel == "prefill" and rng.random() < 0.5)  # drawn last: earlier seeds keep their cases
 
 
 @dataclasses.dataclass

@@ -47,6 +47,9 @@ def test_draws_cover_the_space():
     prefill = [d for d in draws if d.kernel == "prefill"]
     assert max(sum(d.q_lens) for d in prefill) > 2048 and max(max(d.context) for d in prefill) > 100_000
     assert max(len(d.q_lens) for d in draws if d.kernel == "decode") > 128
+    # max_seq_len= given, and within topk pages under `auto`: the tiles taken on the host (tiles_on_host)
+    assert seen(lambda d: d.bounded) == {False, True} and not any(d.bounded for d in draws if d.kernel == "decode")
+    assert any(d.bounded and d.selection == "auto" and check._longest(d) <= d.topk * 128 for d in prefill)
 
 
 def test_the_issue_35_class_is_drawn_first():

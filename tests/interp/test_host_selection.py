@@ -223,3 +223,65 @@ def test_a_step_plan_takes_the_same_rule(tuned_table, launched, monkeypatch):
         assert compare(out, want, gate_dtype(a["q"].dtype, None)).ok
     assert launched == [PER_TOKEN] and len(_only_plan().launches) == 1
     assert out is a["output"]  # written in place and returned, as vLLM expects
+
+
+# --- the caller's bound on the sequences (max_seq_len) ---------------------------------------------
+
+# Short sequences: at most 309 tokens, under topk (4) x 128 = 512, so every token reads all its blocks.
+SHORT = dict(SHAPE, prefix_lens=[100, 300])
+SHORT_MAX_SEQ = 309
+
+
+def test_tiles_on_host_is_the_topk_pages_bound():
+    assert selection.tiles_on_host(2048, 16) and selection.tiles_on_host(1, 16)
+    assert not selection.tiles_on_host(2049, 16) and not selection.tiles_on_host(None, 16)
+    assert selection.tiles_on_host(512, 4) and not selection.tiles_on_host(513, 4)
+    with pytest.raises(ValueError, match="topk: expected an int >= 1, got 0"):
+        selection.tiles_on_host(100, 0)
+
+
+@pytest.mark.parametrize("config", [None, TILES])  # the table's configs, and a given one under "auto"
+def test_under_a_short_bound_auto_plans_the_tiles_alone(tuned_table, launched, monkeypatch, config):
+    _table(monkeypatch, {})
+    case = cases.prefill_case(arch="sm90", pattern="correlated", seed=4, future_prob=0.0, **SHORT)
+    assert int(case.args["seq_lens"].max()) == SHORT_MAX_SEQ
+    _checked(case, selection="auto", config=config, max_seq_len=SHORT_MAX_SEQ)
+    assert launched == [TILES]  # no decision launch, no emptied per-token launch
+    assert len(_only_plan().launches) == 1
+
+
+def test_a_bound_past_topk_pages_or_none_leaves_the_decision_to_the_device(tuned_table, launched, monkeypatch):
+    _table(monkeypatch, {})
+    case = cases.prefill_case(arch="sm90", pattern="correlated", seed=5, future_prob=0.0, **SHORT)
+    for bound in (None, 4 * 128 + 1):
+        plan.PLANS.clear()
+        launched.clear()
+        _checked(case, max_seq_len=bound)
+        assert launched == DEVICE_DECIDES, bound
+
+
+def test_the_per_token_region_comes_before_the_bound(tuned_table, launched, monkeypatch):
+    _table(monkeypatch, {"sm90": {("scalar", HQ, HKV): ((REQUESTS, MAX_QUERY_LEN),)}})
+    case = cases.prefill_case(arch="sm90", pattern="correlated", seed=6, future_prob=0.0, **SHORT)
+    _checked(case, max_seq_len=SHORT_MAX_SEQ)
+    assert launched == [PER_TOKEN]
+
+
+def test_the_bound_is_part_of_the_plans_key(tuned_table, launched, monkeypatch):
+    _table(monkeypatch, {})
+    case = cases.prefill_case(arch="sm90", pattern="correlated", seed=7, future_prob=0.0, **SHORT)
+    _checked(case, max_seq_len=SHORT_MAX_SEQ)
+    _checked(case)  # no bound: its own plan, the device's decision
+    assert launched == [TILES] + DEVICE_DECIDES and len(plan.PLANS) == 2
+
+
+@pytest.mark.parametrize("bound, error, match", [
+    (MAX_QUERY_LEN - 1, ValueError, rf"max_seq_len: expected None or an int >= max_query_len \({MAX_QUERY_LEN}\), got 15"),
+    (0, ValueError, "max_seq_len: expected an int >= 1, got 0"),
+    (True, TypeError, "max_seq_len: expected an int, got bool"),
+    (309.0, TypeError, "max_seq_len: expected an int, got float"),
+])
+def test_a_bad_bound_is_named(tuned_table, bound, error, match):
+    case = cases.prefill_case(arch="sm90", pattern="correlated", seed=8, future_prob=0.0, **SHORT)
+    with pytest.raises(error, match=match):
+        cases.run_kernel(case, arch="sm90", max_seq_len=bound)
