@@ -132,8 +132,8 @@ def tiles_on_host(max_seq_len: int | None, topk: int) -> bool:
     """True when `auto` can take the tiles on the host: a caller-given bound on every request's length
     (prefix + new tokens) of at most topk pages. Then every token has at most topk causal blocks and
     reads the first min(topk, causal blocks) entries of its row, which the indexer fills with all of
-    them: neighbouring tokens read the same pages, and a tile reads at most one page more than its
-    last token (where it crosses a block boundary). On the H200 (short-appends after a 1k prefix,
+    them: neighbouring tokens read the same pages, and a tile reads its last token's pages, at most one
+    more than its first token's (where it crosses a block boundary). On the H200 (short-appends after a 1k prefix,
     results/h200/ws-ratios-pdl's 396 cases), outside the per-token region the tiles were within 5% of
     the faster path in 70 of 70 such calls, and the device decision cost 1.12x the tiles (geomean; up to
     1.62x). Only the path depends on it, never the result: a wrong bound costs speed. None: no bound."""
