@@ -246,6 +246,12 @@ def locked(path: pathlib.Path):
         os.close(fd)
 
 
+def same_source(old: dict, new: dict, *, but=()) -> bool:
+    """Whether two provenances agree on every _SOURCE_KEYS entry (but those named in `but`): a table's
+    buckets measured under `old` and `new` are comparable, and merge."""
+    return all(old.get(k) == new.get(k) for k in _SOURCE_KEYS if k not in but)
+
+
 def update_table(path: pathlib.Path, arch: str, device: str, key: str, provenance: dict, buckets: dict,
                  unchanged_paths=None) -> dict:
     """Merges `buckets` ({tokens: entry}, merge_bucket's rules) into table `key` of the file at
@@ -256,13 +262,13 @@ def update_table(path: pathlib.Path, arch: str, device: str, key: str, provenanc
     with locked(path):
         doc = read_document(path) if pathlib.Path(path).exists() else new_document(arch, device)
         table = doc["tables"].get(key)
-        same_source = table is not None and all(table["provenance"].get(k) == provenance.get(k) for k in _SOURCE_KEYS)
-        if not same_source:  # measured with other kernels, Triton or GPU: its buckets are not comparable
+        if table is None or not same_source(table["provenance"], provenance):
+            # measured with other kernels, Triton, GPU or workload: its buckets are not comparable
             old, table = table, {"provenance": provenance, "buckets": {}}
             doc["tables"][key] = table
             kept = ()
-            if old is not None and unchanged_paths is not None and old["provenance"]["measured"] and all(
-                    old["provenance"].get(k) == provenance.get(k) for k in _SOURCE_KEYS if k != "inputs_sha256"):
+            if (old is not None and unchanged_paths is not None and old["provenance"]["measured"]
+                    and same_source(old["provenance"], provenance, but=("inputs_sha256",))):
                 kept = unchanged_paths(old["provenance"]["inputs_sha256"], provenance["inputs_sha256"])
             for launch_path in kept:
                 for tokens, entry in path_entries(old, launch_path).items():

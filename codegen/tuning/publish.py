@@ -96,19 +96,16 @@ class Publisher:
         return configs
 
 
-def published(doc: dict, bucket, *, device_name: str, triton_version: str, workload: dict) -> bool:
-    """Whether `doc` (a tuned-config document) holds `bucket` as a finished measurement this run would
-    repeat: its table measured on this GPU with the kernels now loaded, this Triton and this workload,
-    and the bucket's entry for its path timed. An entry whose trials ran out of GPU memory is not
-    finished (that said nothing about the configs), nor one published with the default because every
-    trial failed (no timing)."""
-    table = doc["tables"].get(bucket.table_key)
-    if table is None:
-        return False
-    prov = table["provenance"]
+def published(tables: dict, bucket, *, device_name: str, triton_version: str, workload: dict) -> bool:
+    """Whether `tables` (a tuned-config document's) hold `bucket` as a finished measurement this run would
+    repeat: its table from the source this run's writes would merge with (tuned_store.same_source: this
+    GPU, the kernels now loaded, this Triton and workload), and the bucket's entry for its path timed. An
+    entry whose trials ran out of GPU memory is not finished (that said nothing about the configs), nor
+    one published with the default because every trial failed (no timing)."""
+    table = tables.get(bucket.table_key)
     inputs = current_inputs_sha256(bucket.arch, bucket.kernel, bucket.scale_mode)
-    if not (prov.get("measured") and prov.get("gpu_name") == device_name and prov.get("triton") == triton_version
-            and prov.get("inputs_sha256") == inputs and prov.get("workload") == workload):
+    run = dict(measured=True, gpu_name=device_name, triton=triton_version, inputs_sha256=inputs, workload=workload)
+    if table is None or not tuned_store.same_source(table["provenance"], run):
         return False
     entry = tuned_store.path_entries(table, bucket.path).get(bucket.tokens)
     if entry is None or entry.get("tuned_us") is None or entry.get("failure_kinds", {}).get("out_of_memory"):
@@ -122,10 +119,10 @@ def unpublished(grid: list, out_path: pathlib.Path, device_name: str, triton_ver
     """--skip-published: the buckets of `grid` the file at out_path does not hold finished (published),
     said in one line; an unreadable file is a ValueError naming the option."""
     try:
-        doc = tuned_store.read_document(out_path) if out_path.exists() else tuned_store.new_document("-", device_name)
+        tables = tuned_store.read_document(out_path)["tables"] if out_path.exists() else {}
     except (OSError, ValueError) as exc:
         raise ValueError(f"--skip-published: cannot read {out_path} ({exc})") from None
-    left = [b for b in grid if not published(doc, b, device_name=device_name, triton_version=triton_version,
+    left = [b for b in grid if not published(tables, b, device_name=device_name, triton_version=triton_version,
                                                workload=workload)]
     print(f"msa-tune: --skip-published: {len(grid) - len(left)} of {len(grid)} buckets already in {out_path}, "
           f"measured on this GPU with these kernels; {len(left)} left")

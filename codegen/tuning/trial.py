@@ -49,7 +49,7 @@ def bucket_inputs(bucket: Bucket, interpret: bool, accuracy_seed: int = 1000):
         ref = reference_batched(accuracy.kernel, accuracy.args, dtype=torch.float64 if interpret else torch.float32)
         _inputs[key] = (sets, accuracy, ref)
         if not interpret:
-            torch.cuda.empty_cache()  # the builds' and the reference's temporaries (see _give_back_temporaries)
+            _give_back_temporaries()  # the builds' and the reference's
     return _inputs[key]
 
 
@@ -225,7 +225,8 @@ def prepare(request: dict, phases: _Phases | None = None) -> list[str]:
         # memory (H200, decode 64x4@256: 13 trials failed with CUDA OOM). Keep inputs up to a 48th
         # of the GPU's memory (12 preparers: a quarter) for the next candidate; give larger ones back,
         # with the plans the compile made (their buffers may sit in the inputs' allocator segments).
-        # This did not cure decode 64x4@512's ~14 GiB a preparer (docs/tuning.md): 3 preparers do.
+        # (The ~14 GiB a preparer of decode 64x4@512 was the build's fp32 draw, given back after the build:
+        # _give_back_temporaries.)
         if torch.cuda.memory_allocated() > _keep_bytes():
             _first_sets.clear()
             forget_plans()
@@ -271,7 +272,7 @@ def _on_arch(arch: str) -> bool:
 
 
 def _give_back_temporaries() -> None:
-    """Returns the memory a bucket's build freed to the GPU. The random KV cache is drawn in fp32 and
+    """Returns the memory a bucket's build (and in the trial worker its reference) freed to the GPU. The random KV cache is drawn in fp32 and
     then cast: 4x its fp8 bytes, 10.7 GiB at decode 64x4@512 (2.7 GiB of cache), which the caching
     allocator keeps reserved once freed. In every preparer that was ~14 GiB (inputs 2.7 + the fp32
     draw 10.7: the "unknown" 14 GiB of docs/tuning.md), so 12 preparers filled an H200 at 512
